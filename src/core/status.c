@@ -1,0 +1,41 @@
+/* Status codes and the per-thread error line. */
+#include "dtrain/core.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static _Thread_local char g_msg[1024];
+
+const char *dt_status_str(dt_status s) {
+    static const char *names[DT_STATUS_COUNT] = {
+        [DT_OK] = "ok",
+        [DT_ERR_NOMEM] = "out of memory",
+        [DT_ERR_INVALID] = "invalid argument",
+        [DT_ERR_IO] = "i/o error",
+        [DT_ERR_FORMAT] = "malformed file",
+        [DT_ERR_SHAPE] = "shape mismatch",
+        [DT_ERR_UNSUPPORTED] = "unsupported",
+        [DT_ERR_TIMEOUT] = "timed out",
+        [DT_ERR_COMM] = "communication error",
+    };
+    if ((unsigned)s >= DT_STATUS_COUNT) return "unknown status";
+    return names[s];
+}
+
+dt_status dt_errorf(dt_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+const char *dt_error_msg(void) { return g_msg; }
+void dt_error_clear(void) { g_msg[0] = '\0'; }
+
+void dt_assert_fail(const char *cond, const char *file, int line) {
+    fprintf(stderr, "dtrain: internal error: assertion '%s' failed at %s:%d\n", cond, file, line);
+    fflush(stderr);
+    abort();
+}
