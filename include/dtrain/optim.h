@@ -1,0 +1,77 @@
+/* dtrain optimizers: SGD (momentum, Nesterov, weight decay), AdamW, the
+ * learning-rate schedule and global-norm clipping.
+ *
+ * Optimizers work on slices of the flat arenas: an optimizer owns state for
+ * `n` floats (a whole model, or one rank's ZeRO shard); each update names the
+ * slice [state_off, state_off + n) of its state that w/g correspond to. The
+ * update semantics are PyTorch's (torch.optim.SGD, torch.optim.AdamW) so the
+ * numbers match. */
+#ifndef DTRAIN_OPTIM_H
+#define DTRAIN_OPTIM_H
+
+#include "dtrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_OPTIM_SGD, DT_OPTIM_ADAMW, DT_OPTIM_COUNT } dt_optim_kind;
+
+typedef struct dt_optim_cfg {
+    dt_optim_kind kind;
+    float momentum;     /* SGD: 0 disables the buffer */
+    bool nesterov;      /* SGD: needs momentum > 0 */
+    float weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled */
+    float beta1, beta2, eps; /* AdamW */
+} dt_optim_cfg;
+
+typedef struct dt_optim {
+    dt_optim_cfg cfg;
+    size_t n;           /* floats of state per moment */
+    int64_t t;          /* steps taken (AdamW bias correction; SGD first step) */
+    float *m;           /* SGD momentum buffer or Adam first moment, (n) or NULL */
+    float *v;           /* Adam second moment, (n) or NULL */
+} dt_optim;
+
+/* Fills PyTorch's defaults for `kind` (SGD: momentum 0; AdamW: betas 0.9/0.999,
+ * eps 1e-8, weight decay 0.01). */
+void dt_optim_cfg_default(dt_optim_cfg *c, dt_optim_kind kind);
+/* Validates cfg (ranges, nesterov needs momentum) with a clear message. */
+dt_status dt_optim_cfg_check(const dt_optim_cfg *c);
+dt_status dt_optim_create(dt_optim **out, const dt_optim_cfg *cfg, size_t n);
+void dt_optim_destroy(dt_optim *o); /* NULL ok */
+/* Bytes of optimizer state held (0, 4n or 8n). */
+size_t dt_optim_state_bytes(const dt_optim *o);
+
+/* Call once per optimizer step before the dt_optim_update calls of that step. */
+void dt_optim_begin_step(dt_optim *o);
+/* Updates w[0..n) in place from g[0..n) using state [state_off, state_off+n).
+ * wd is the weight decay for this slice (callers pass 0 for tensors that are not
+ * decayed, e.g. biases and LayerNorm; or cfg.weight_decay). */
+void dt_optim_update(dt_optim *o, float *w, const float *g, size_t state_off, size_t n,
+                     float lr, float wd);
+
+/* ---- learning-rate schedule: linear warm-up then cosine decay ------------- */
+typedef struct dt_lr_sched {
+    float lr;           /* peak */
+    float min_lr;       /* floor at the end of the cosine */
+    int64_t warmup;     /* steps of linear warm-up from lr/warmup to lr */
+    int64_t total;      /* total steps; cosine runs from warmup to total */
+    bool cosine;        /* false: constant lr after warm-up */
+} dt_lr_sched;
+/* lr for 0-based step `step`: (step+1)/warmup*lr during warm-up, then
+ * min_lr + 0.5(1+cos(pi*p))(lr-min_lr), p = (step-warmup)/(total-warmup). */
+float dt_lr_at(const dt_lr_sched *s, int64_t step);
+
+/* ---- clipping --------------------------------------------------------------
+ * Sum of squares (double accumulation) so shards can be summed across ranks. */
+double dt_sumsq(const float *g, size_t n);
+/* Scale factor for global-norm clipping: min(1, max_norm / (norm + 1e-6)) as in
+ * torch.nn.utils.clip_grad_norm_; 1 when max_norm <= 0. */
+float dt_clip_factor(double global_norm, float max_norm);
+void dt_scale(float *g, size_t n, float s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
