@@ -1,0 +1,156 @@
+/* dtrain models: an ordered list of blocks over one flat parameter arena.
+ *
+ * A model owns two arenas of identical layout: parameters `w` and gradients
+ * `g` (n floats each). Tensors are named views into them, in the order and with
+ * the names and shapes PyTorch gives them (nn.Linear weight is (out, in); the
+ * GPT uses nanoGPT's names), so weights round-trip through safetensors.
+ *
+ * A block knows its parameters (offsets into the arena), its forward, its
+ * backward and how many floats of activations it keeps. Activations live in a
+ * separate dt_acts object sized for a block range and a maximum batch, so a
+ * pipeline stage (a contiguous block range) or several micro-batches in flight
+ * each get their own. The training loop never special-cases a model.
+ */
+#ifndef DTRAIN_MODEL_H
+#define DTRAIN_MODEL_H
+
+#include "dtrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_MODEL_MLP, DT_MODEL_CNN, DT_MODEL_GPT, DT_MODEL_COUNT } dt_model_kind;
+
+#define DT_MLP_MAX_HIDDEN 8
+typedef struct dt_model_cfg {
+    dt_model_kind kind;
+    /* mlp */
+    int in_dim;                       /* 784 */
+    int n_hidden;                     /* 2 */
+    int hidden[DT_MLP_MAX_HIDDEN];    /* 1024, 1024 */
+    int n_classes;                    /* 10 (mlp, cnn) */
+    /* cnn: 1x28x28 input, architecture fixed by the issue */
+    int img_c, img_h, img_w;
+    /* gpt (nanoGPT names) */
+    int n_layer, n_head, n_embd, block_size, vocab_size;
+} dt_model_cfg;
+
+const char *dt_model_kind_name(dt_model_kind k);         /* "mlp" */
+dt_status dt_model_kind_parse(const char *s, dt_model_kind *out);
+void dt_model_cfg_default(dt_model_cfg *c, dt_model_kind kind);
+dt_status dt_model_cfg_check(const dt_model_cfg *c);      /* ranges, divisibility */
+
+/* One batch (or one rank's shard / one micro-batch of it). */
+typedef struct dt_batch {
+    int B;                   /* samples */
+    const float *x;          /* (B, in_dim) images (mlp, cnn) */
+    const int32_t *tokens;   /* (B, T) input bytes (gpt) */
+    const int32_t *targets;  /* (B) labels, or (B, T) next bytes */
+    float loss_scale;        /* dL/d(each loss term): 1 / terms in the GLOBAL batch */
+} dt_batch;
+
+typedef struct dt_param {
+    char name[64];           /* "fc1.weight", "transformer.h.0.attn.c_attn.weight" */
+    int ndim;
+    int64_t shape[4];
+    size_t offset, numel;    /* view into the arenas */
+    bool decay;              /* weight decay applies (tensors with ndim >= 2) */
+    int block;               /* index of the owning block */
+    int init;                /* DT_INIT_* */
+    float init_scale;        /* uniform bound, normal std, or constant */
+} dt_param;
+
+enum { DT_INIT_UNIFORM, DT_INIT_NORMAL, DT_INIT_CONST };
+
+typedef struct dt_block dt_block;
+typedef struct dt_model dt_model;
+
+typedef struct dt_block_ops {
+    const char *kind;
+    /* floats of activations kept from forward to backward, for B samples */
+    size_t (*saved_floats)(const dt_block *b, int B);
+    /* floats of temporary memory forward and backward need, for B samples */
+    size_t (*scratch_floats)(const dt_block *b, int B);
+    /* in: (B, in_dim) output of the previous block (NULL for the first block,
+     * which reads the batch); out: (B, out_dim). P: the model's parameter arena. */
+    void (*forward)(const dt_block *b, const float *P, const dt_batch *batch,
+                    const float *in, float *out, float *saved, float *scratch);
+    /* Adds parameter gradients into G (the gradient arena) and, unless din is
+     * NULL, the input gradient into din. dout is NULL for the loss block. */
+    void (*backward)(const dt_block *b, const float *P, float *G, const dt_batch *batch,
+                     const float *in, const float *out, const float *dout, float *din,
+                     const float *saved, float *scratch);
+} dt_block_ops;
+
+#define DT_BLOCK_MAX_TENSORS 16
+struct dt_block {
+    const dt_block_ops *ops;
+    char name[48];
+    size_t in_dim, out_dim;     /* floats per sample at the boundaries (in_dim 0: reads batch) */
+    size_t param_lo, param_hi;  /* arena range of the parameters this block owns */
+    int n_tensors;
+    size_t off[DT_BLOCK_MAX_TENSORS]; /* arena offsets of the tensors it uses (may be tied) */
+    int dims[8];                /* block-specific sizes */
+    bool is_loss;               /* last block: out = per-term losses */
+};
+
+struct dt_model {
+    dt_model_cfg cfg;
+    int n_blocks;
+    dt_block *blocks;
+    int n_params;
+    dt_param *params;
+    size_t n;                   /* floats in each arena */
+    float *w;                   /* parameters (n) */
+    float *g;                   /* gradients (n) */
+    int loss_terms;             /* loss terms per sample (1, or T for the gpt) */
+    int64_t flops_per_sample;   /* GEMM FLOPs of one training step per sample */
+};
+
+/* Builds the block list and allocates both arenas (zeroed). Owned by the
+ * caller: dt_model_destroy. */
+dt_status dt_model_create(dt_model **out, const dt_model_cfg *cfg);
+void dt_model_destroy(dt_model *m); /* NULL ok */
+/* PyTorch's default initialisation (nn.Linear/Conv2d uniform, LayerNorm 1/0) for
+ * mlp and cnn; GPT-2's (N(0, 0.02), residual projections scaled by
+ * 1/sqrt(2*n_layer), biases 0) for the gpt. Each tensor draws from its own RNG
+ * stream (seed, tensor index) so the result does not depend on the layout. */
+void dt_model_init(dt_model *m, uint64_t seed);
+const dt_param *dt_model_find(const dt_model *m, const char *name);
+void dt_model_zero_grad(dt_model *m);
+
+/* ---- activations --------------------------------------------------------- */
+typedef struct dt_acts {
+    int first, last;            /* block range [first, last] */
+    int maxB;
+    float **bound;              /* bound[i]: input of block first+i (i = 0 .. n); bound[n] output of last */
+    float **saved;              /* per block */
+    float *scratch;
+    float *dbuf[2];             /* boundary gradients, ping-pong */
+    float *mem;
+    size_t n_floats;            /* total floats held */
+} dt_acts;
+
+dt_status dt_acts_create(dt_acts **out, const dt_model *m, int first, int last, int maxB);
+void dt_acts_destroy(dt_acts *a); /* NULL ok */
+
+/* Forward through the acts' block range. `in` is the input of the first block
+ * (NULL when it is block 0). Returns the loss (sum of terms times loss_scale)
+ * when the range ends with the loss block, else 0. */
+float dt_model_forward(const dt_model *m, dt_acts *a, const dt_batch *b, const float *in);
+/* Called after each block's backward: its gradients in m->g are final for this
+ * micro-batch (buckets use it to start communication). */
+typedef void (*dt_block_done_fn)(void *ctx, int block);
+/* Backward through the range in reverse, adding into m->g. dout is the gradient
+ * of the range's output (NULL when it ends with the loss block); din, when not
+ * NULL, receives (adds) the gradient of the range's input. */
+void dt_model_backward(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
+                       float *din, dt_block_done_fn done, void *ctx);
+/* Classifiers, after a forward: how many of the batch's samples are argmax-correct. */
+int dt_model_count_correct(const dt_model *m, const dt_acts *a, const dt_batch *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

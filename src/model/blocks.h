@@ -1,0 +1,36 @@
+/* Private: helpers the model builders (mlp.c, cnn.c, gpt.c) share. */
+#ifndef DT_MODEL_BLOCKS_H
+#define DT_MODEL_BLOCKS_H
+
+#include "dtrain/model.h"
+
+/* Builder state: blocks and parameter tensors are appended in order. */
+typedef struct dt_builder {
+    dt_model *m;
+    int cap_blocks, cap_params;
+    dt_status st;
+} dt_builder;
+
+dt_block *dt_builder_block(dt_builder *bd, const dt_block_ops *ops, const char *name,
+                           size_t in_dim, size_t out_dim);
+/* Adds a tensor owned by the last block; records its offset in the block's off[]
+ * table and returns the arena offset. */
+size_t dt_builder_param(dt_builder *bd, const char *name, int ndim, const int64_t *shape,
+                        int init, float init_scale);
+/* Records a tensor the last block uses but another block owns (tied weights). */
+void dt_builder_use(dt_builder *bd, size_t offset);
+
+dt_status dt_build_mlp(dt_builder *bd);
+dt_status dt_build_cnn(dt_builder *bd);
+dt_status dt_build_gpt(dt_builder *bd);
+
+/* Blocks shared between models. */
+extern const dt_block_ops dt_block_linear_ops;      /* dims: IC, OC, relu */
+extern const dt_block_ops dt_block_xent_ops;        /* dims: V (classes), terms per sample */
+
+/* in: (B, in_dim) -> out (B, OC); relu fused when relu != 0. */
+void dt_add_linear(dt_builder *bd, const char *prefix, int IC, int OC, bool relu, bool bias);
+/* Softmax cross-entropy over V classes, `terms` per sample (in: (B, terms*V)). */
+void dt_add_xent(dt_builder *bd, int V, int terms);
+
+#endif

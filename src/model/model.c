@@ -1,0 +1,431 @@
+/* Model construction, initialisation, activations, and the forward/backward
+ * drivers that walk a block range. Nothing here knows which model it runs. */
+#include "blocks.h"
+
+#include "dtrain/nn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *kind_names[DT_MODEL_COUNT] = {"mlp", "cnn", "gpt"};
+
+const char *dt_model_kind_name(dt_model_kind k) {
+    return (unsigned)k < DT_MODEL_COUNT ? kind_names[k] : "unknown";
+}
+
+dt_status dt_model_kind_parse(const char *s, dt_model_kind *out) {
+    for (int k = 0; k < DT_MODEL_COUNT; k++)
+        if (s && strcmp(s, kind_names[k]) == 0) {
+            *out = (dt_model_kind)k;
+            return DT_OK;
+        }
+    return dt_errorf(DT_ERR_INVALID, "unknown model '%s': choose mlp, cnn or gpt", s ? s : "");
+}
+
+void dt_model_cfg_default(dt_model_cfg *c, dt_model_kind kind) {
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    c->in_dim = 784;
+    c->n_hidden = 2;
+    c->hidden[0] = c->hidden[1] = 1024;
+    c->n_classes = 10;
+    c->img_c = 1;
+    c->img_h = c->img_w = 28;
+    c->n_layer = 4;
+    c->n_head = 4;
+    c->n_embd = 256;
+    c->block_size = 128;
+    c->vocab_size = 256;
+}
+
+dt_status dt_model_cfg_check(const dt_model_cfg *c) {
+    switch (c->kind) {
+    case DT_MODEL_MLP:
+        if (c->in_dim < 1 || c->in_dim > (1 << 24))
+            return dt_errorf(DT_ERR_INVALID, "mlp input size %d is out of range [1, 16777216]", c->in_dim);
+        if (c->n_hidden < 0 || c->n_hidden > DT_MLP_MAX_HIDDEN)
+            return dt_errorf(DT_ERR_INVALID, "--hidden: 0 to %d hidden layers, got %d", DT_MLP_MAX_HIDDEN, c->n_hidden);
+        for (int i = 0; i < c->n_hidden; i++)
+            if (c->hidden[i] < 1 || c->hidden[i] > 65536)
+                return dt_errorf(DT_ERR_INVALID, "--hidden: layer size %d is out of range [1, 65536]", c->hidden[i]);
+        if (c->n_classes < 2 || c->n_classes > 65536)
+            return dt_errorf(DT_ERR_INVALID, "number of classes %d is out of range [2, 65536]", c->n_classes);
+        return DT_OK;
+    case DT_MODEL_CNN:
+        if (c->img_c != 1 || c->img_h != 28 || c->img_w != 28 || c->n_classes != 10)
+            return dt_errorf(DT_ERR_INVALID, "the cnn is defined for 1x28x28 inputs and 10 classes");
+        return DT_OK;
+    case DT_MODEL_GPT:
+        if (c->n_layer < 1 || c->n_layer > 256)
+            return dt_errorf(DT_ERR_INVALID, "--n-layer %d is out of range [1, 256]", c->n_layer);
+        if (c->n_head < 1 || c->n_head > 256)
+            return dt_errorf(DT_ERR_INVALID, "--n-head %d is out of range [1, 256]", c->n_head);
+        if (c->n_embd < 1 || c->n_embd > 16384)
+            return dt_errorf(DT_ERR_INVALID, "--n-embd %d is out of range [1, 16384]", c->n_embd);
+        if (c->n_embd % c->n_head)
+            return dt_errorf(DT_ERR_INVALID, "--n-embd %d must be divisible by --n-head %d", c->n_embd, c->n_head);
+        if (c->block_size < 1 || c->block_size > 8192)
+            return dt_errorf(DT_ERR_INVALID, "--block-size %d is out of range [1, 8192]", c->block_size);
+        if (c->vocab_size != 256)
+            return dt_errorf(DT_ERR_INVALID, "the gpt is byte-level: vocab_size must be 256, got %d", c->vocab_size);
+        return DT_OK;
+    default:
+        return dt_errorf(DT_ERR_INVALID, "unknown model kind %d", (int)c->kind);
+    }
+}
+
+/* ---- builder ---------------------------------------------------------------- */
+
+dt_block *dt_builder_block(dt_builder *bd, const dt_block_ops *ops, const char *name,
+                           size_t in_dim, size_t out_dim) {
+    dt_model *m = bd->m;
+    if (bd->st) return NULL;
+    if (m->n_blocks == bd->cap_blocks) {
+        int cap = bd->cap_blocks ? 2 * bd->cap_blocks : 8;
+        dt_block *nb = dt_realloc_array(m->blocks, (size_t)cap, sizeof *nb);
+        if (!nb) {
+            bd->st = dt_errorf(DT_ERR_NOMEM, "out of memory building the model");
+            return NULL;
+        }
+        m->blocks = nb;
+        bd->cap_blocks = cap;
+    }
+    dt_block *b = &m->blocks[m->n_blocks++];
+    memset(b, 0, sizeof *b);
+    b->ops = ops;
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->in_dim = in_dim;
+    b->out_dim = out_dim;
+    b->param_lo = b->param_hi = m->n;
+    return b;
+}
+
+size_t dt_builder_param(dt_builder *bd, const char *name, int ndim, const int64_t *shape,
+                        int init, float init_scale) {
+    dt_model *m = bd->m;
+    if (bd->st) return 0;
+    DT_ASSERT(m->n_blocks > 0 && ndim >= 1 && ndim <= 4);
+    dt_block *b = &m->blocks[m->n_blocks - 1];
+    DT_ASSERT(b->n_tensors < DT_BLOCK_MAX_TENSORS);
+    if (m->n_params == bd->cap_params) {
+        int cap = bd->cap_params ? 2 * bd->cap_params : 16;
+        dt_param *np = dt_realloc_array(m->params, (size_t)cap, sizeof *np);
+        if (!np) {
+            bd->st = dt_errorf(DT_ERR_NOMEM, "out of memory building the model");
+            return 0;
+        }
+        m->params = np;
+        bd->cap_params = cap;
+    }
+    dt_param *p = &m->params[m->n_params++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    size_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        p->shape[i] = shape[i];
+        if (!dt_size_mul(numel, (size_t)shape[i], &numel)) bd->st = dt_errorf(DT_ERR_NOMEM, "tensor %s is too large", name);
+    }
+    p->numel = numel;
+    p->offset = m->n;
+    p->decay = ndim >= 2;
+    p->block = m->n_blocks - 1;
+    p->init = init;
+    p->init_scale = init_scale;
+    /* Keep every tensor 16-float aligned so kernels see aligned rows. */
+    size_t padded = (numel + 15) & ~(size_t)15;
+    if (!dt_size_add(m->n, padded, &m->n)) bd->st = dt_errorf(DT_ERR_NOMEM, "model is too large");
+    b->off[b->n_tensors++] = p->offset;
+    b->param_hi = m->n;
+    return p->offset;
+}
+
+void dt_builder_use(dt_builder *bd, size_t offset) {
+    dt_block *b = &bd->m->blocks[bd->m->n_blocks - 1];
+    DT_ASSERT(b->n_tensors < DT_BLOCK_MAX_TENSORS);
+    b->off[b->n_tensors++] = offset;
+}
+
+dt_status dt_model_create(dt_model **out, const dt_model_cfg *cfg) {
+    *out = NULL;
+    dt_status st = dt_model_cfg_check(cfg);
+    if (st) return st;
+    dt_model *m = dt_calloc(1, sizeof *m);
+    if (!m) return dt_errorf(DT_ERR_NOMEM, "out of memory creating the model");
+    m->cfg = *cfg;
+    m->loss_terms = 1;
+    dt_builder bd = {.m = m};
+    switch (cfg->kind) {
+    case DT_MODEL_MLP: st = dt_build_mlp(&bd); break;
+    case DT_MODEL_CNN: st = dt_build_cnn(&bd); break;
+    case DT_MODEL_GPT: st = dt_build_gpt(&bd); break;
+    default: st = DT_ERR_INVALID; break;
+    }
+    if (!st) st = bd.st;
+    if (st) goto fail;
+    m->w = dt_alloc_floats(m->n);
+    m->g = dt_alloc_floats(m->n);
+    if (!m->w || !m->g) {
+        st = dt_errorf(DT_ERR_NOMEM, "cannot allocate %zu parameters", m->n);
+        goto fail;
+    }
+    *out = m;
+    return DT_OK;
+fail:
+    dt_model_destroy(m);
+    return st;
+}
+
+void dt_model_destroy(dt_model *m) {
+    if (!m) return;
+    dt_free(m->blocks);
+    dt_free(m->params);
+    dt_free(m->w);
+    dt_free(m->g);
+    dt_free(m);
+}
+
+void dt_model_init(dt_model *m, uint64_t seed) {
+    memset(m->w, 0, m->n * sizeof(float));
+    for (int i = 0; i < m->n_params; i++) {
+        const dt_param *p = &m->params[i];
+        float *w = m->w + p->offset;
+        dt_rng r;
+        dt_rng_init(&r, seed, 0x1000 + (uint64_t)i);
+        switch (p->init) {
+        case DT_INIT_UNIFORM:
+            for (size_t j = 0; j < p->numel; j++)
+                w[j] = (2.0f * dt_rng_uniform(&r) - 1.0f) * p->init_scale;
+            break;
+        case DT_INIT_NORMAL:
+            for (size_t j = 0; j < p->numel; j++) w[j] = dt_rng_normal(&r) * p->init_scale;
+            break;
+        default:
+            for (size_t j = 0; j < p->numel; j++) w[j] = p->init_scale;
+            break;
+        }
+    }
+}
+
+const dt_param *dt_model_find(const dt_model *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+void dt_model_zero_grad(dt_model *m) { memset(m->g, 0, m->n * sizeof(float)); }
+
+/* ---- activations --------------------------------------------------------- */
+
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+dt_status dt_acts_create(dt_acts **out, const dt_model *m, int first, int last, int maxB) {
+    *out = NULL;
+    if (first < 0 || last >= m->n_blocks || first > last || maxB < 1)
+        return dt_errorf(DT_ERR_INVALID, "bad block range [%d, %d] or batch %d", first, last, maxB);
+    int nb = last - first + 1;
+    dt_acts *a = dt_calloc(1, sizeof *a);
+    if (!a) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    a->first = first;
+    a->last = last;
+    a->maxB = maxB;
+    a->bound = dt_calloc((size_t)nb + 1, sizeof(float *));
+    a->saved = dt_calloc((size_t)nb, sizeof(float *));
+    if (!a->bound || !a->saved) goto nomem;
+
+    /* One allocation: boundaries, saved activations, scratch, two gradient buffers. */
+    size_t total = 0, maxdim = 0, maxscratch = 0, B = (size_t)maxB, t;
+    bool ok = true;
+    for (int i = 0; i <= nb; i++) {
+        size_t dim = i < nb ? m->blocks[first + i].in_dim : m->blocks[last].out_dim;
+        if (dim > maxdim) maxdim = dim;
+        ok &= dt_size_mul(dim, B, &t) && dt_size_add(total, round16(t), &total);
+    }
+    for (int i = 0; i < nb; i++) {
+        const dt_block *b = &m->blocks[first + i];
+        ok &= dt_size_add(total, round16(b->ops->saved_floats(b, maxB)), &total);
+        size_t s = b->ops->scratch_floats(b, maxB);
+        if (s > maxscratch) maxscratch = s;
+    }
+    size_t dsz = 0;
+    ok &= dt_size_mul(maxdim, B, &dsz);
+    ok &= dt_size_add(total, round16(maxscratch), &total);
+    ok &= dt_size_add(total, 2 * round16(dsz), &total);
+    if (!ok) goto nomem;
+    a->mem = dt_alloc_floats(total);
+    if (!a->mem) goto nomem;
+    a->n_floats = total;
+
+    float *p = a->mem;
+    for (int i = 0; i <= nb; i++) {
+        size_t dim = i < nb ? m->blocks[first + i].in_dim : m->blocks[last].out_dim;
+        a->bound[i] = p;
+        p += round16(dim * B);
+    }
+    for (int i = 0; i < nb; i++) {
+        const dt_block *b = &m->blocks[first + i];
+        a->saved[i] = p;
+        p += round16(b->ops->saved_floats(b, maxB));
+    }
+    a->scratch = p;
+    p += round16(maxscratch);
+    a->dbuf[0] = p;
+    p += round16(dsz);
+    a->dbuf[1] = p;
+    *out = a;
+    return DT_OK;
+nomem:
+    dt_acts_destroy(a);
+    return dt_errorf(DT_ERR_NOMEM, "cannot allocate activations for batch %d", maxB);
+}
+
+void dt_acts_destroy(dt_acts *a) {
+    if (!a) return;
+    dt_free(a->bound);
+    dt_free(a->saved);
+    dt_free(a->mem);
+    dt_free(a);
+}
+
+float dt_model_forward(const dt_model *m, dt_acts *a, const dt_batch *b, const float *in) {
+    DT_ASSERT(b->B >= 1 && b->B <= a->maxB);
+    int nb = a->last - a->first + 1;
+    if (in && a->first > 0)
+        memcpy(a->bound[0], in, (size_t)b->B * m->blocks[a->first].in_dim * sizeof(float));
+    for (int i = 0; i < nb; i++) {
+        const dt_block *blk = &m->blocks[a->first + i];
+        const float *bin = (a->first + i == 0) ? NULL : a->bound[i];
+        blk->ops->forward(blk, m->w, b, bin, a->bound[i + 1], a->saved[i], a->scratch);
+    }
+    const dt_block *lastb = &m->blocks[a->last];
+    if (!lastb->is_loss) return 0.0f;
+    const float *losses = a->bound[nb];
+    size_t terms = (size_t)b->B * lastb->out_dim;
+    double sum = 0;
+    for (size_t i = 0; i < terms; i++) sum += losses[i];
+    return (float)(sum * b->loss_scale);
+}
+
+void dt_model_backward(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
+                       float *din, dt_block_done_fn done, void *ctx) {
+    int nb = a->last - a->first + 1;
+    const float *d = dout;
+    int which = 0;
+    for (int i = nb - 1; i >= 0; i--) {
+        const dt_block *blk = &m->blocks[a->first + i];
+        float *dprev = NULL;
+        if (a->first + i > 0) {
+            if (i == 0) {
+                dprev = din;
+            } else {
+                dprev = a->dbuf[which];
+                which ^= 1;
+                memset(dprev, 0, (size_t)b->B * blk->in_dim * sizeof(float));
+            }
+        }
+        const float *bin = (a->first + i == 0) ? NULL : a->bound[i];
+        blk->ops->backward(blk, m->w, m->g, b, bin, a->bound[i + 1], d, dprev, a->saved[i],
+                           a->scratch);
+        if (done) done(ctx, a->first + i);
+        d = dprev;
+    }
+}
+
+int dt_model_count_correct(const dt_model *m, const dt_acts *a, const dt_batch *b) {
+    const dt_block *lb = &m->blocks[a->last];
+    DT_ASSERT(lb->is_loss && lb->dims[1] == 1);
+    int V = lb->dims[0];
+    const float *probs = a->saved[a->last - a->first];
+    int correct = 0;
+    for (int i = 0; i < b->B; i++) {
+        const float *p = probs + (size_t)i * V;
+        int best = 0;
+        for (int k = 1; k < V; k++)
+            if (p[k] > p[best]) best = k;
+        correct += best == b->targets[i];
+    }
+    return correct;
+}
+
+/* ---- blocks shared by the models --------------------------------------------- */
+
+/* linear (+ fused ReLU): dims = {IC, OC, relu, bias}; off = {weight, bias}. */
+static size_t linear_saved(const dt_block *b, int B) { return 0; }
+static size_t linear_scratch(const dt_block *b, int B) {
+    return b->dims[2] ? (size_t)B * (size_t)b->dims[1] : 0;
+}
+
+static void linear_forward(const dt_block *b, const float *P, const dt_batch *batch,
+                           const float *in, float *out, float *saved, float *scratch) {
+    int IC = b->dims[0], OC = b->dims[1];
+    const float *x = in ? in : batch->x;
+    dt_linear_forward(out, x, P + b->off[0], b->dims[3] ? P + b->off[1] : NULL, batch->B, IC, OC);
+    if (b->dims[2]) dt_relu_forward(out, out, (size_t)batch->B * OC);
+}
+
+static void linear_backward(const dt_block *b, const float *P, float *G, const dt_batch *batch,
+                            const float *in, const float *out, const float *dout, float *din,
+                            const float *saved, float *scratch) {
+    int IC = b->dims[0], OC = b->dims[1];
+    const float *x = in ? in : batch->x;
+    const float *dpre = dout;
+    if (b->dims[2]) {
+        size_t n = (size_t)batch->B * OC;
+        memset(scratch, 0, n * sizeof(float));
+        dt_relu_backward(scratch, dout, out, n);
+        dpre = scratch;
+    }
+    dt_linear_backward(din, G + b->off[0], b->dims[3] ? G + b->off[1] : NULL, dpre, x,
+                       P + b->off[0], batch->B, IC, OC);
+}
+
+const dt_block_ops dt_block_linear_ops = {"linear", linear_saved, linear_scratch,
+                                          linear_forward, linear_backward};
+
+void dt_add_linear(dt_builder *bd, const char *prefix, int IC, int OC, bool relu, bool bias) {
+    dt_block *b = dt_builder_block(bd, &dt_block_linear_ops, prefix, (size_t)IC, (size_t)OC);
+    if (!b) return;
+    b->dims[0] = IC;
+    b->dims[1] = OC;
+    b->dims[2] = relu;
+    b->dims[3] = bias;
+    char name[64];
+    float bound = 1.0f / sqrtf((float)IC); /* PyTorch's nn.Linear default */
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    dt_builder_param(bd, name, 2, (int64_t[]){OC, IC}, DT_INIT_UNIFORM, bound);
+    if (bias) {
+        snprintf(name, sizeof name, "%s.bias", prefix);
+        dt_builder_param(bd, name, 1, (int64_t[]){OC}, DT_INIT_UNIFORM, bound);
+    }
+    bd->m->flops_per_sample += 6LL * IC * OC;
+}
+
+/* softmax cross-entropy: dims = {V, terms}; in (B, terms*V) logits, out (B, terms) losses,
+ * saved (B, terms*V) probabilities. */
+static size_t xent_saved(const dt_block *b, int B) { return (size_t)B * b->dims[1] * b->dims[0]; }
+static size_t xent_scratch(const dt_block *b, int B) { return 0; }
+
+static void xent_forward(const dt_block *b, const float *P, const dt_batch *batch,
+                         const float *in, float *out, float *saved, float *scratch) {
+    int N = batch->B * b->dims[1];
+    dt_crossentropy_forward(out, saved, in, batch->targets, N, b->dims[0]);
+}
+
+static void xent_backward(const dt_block *b, const float *P, float *G, const dt_batch *batch,
+                          const float *in, const float *out, const float *dout, float *din,
+                          const float *saved, float *scratch) {
+    int N = batch->B * b->dims[1];
+    dt_crossentropy_backward(din, saved, batch->targets, batch->loss_scale, N, b->dims[0]);
+}
+
+const dt_block_ops dt_block_xent_ops = {"softmax_xent", xent_saved, xent_scratch,
+                                        xent_forward, xent_backward};
+
+void dt_add_xent(dt_builder *bd, int V, int terms) {
+    dt_block *b = dt_builder_block(bd, &dt_block_xent_ops, "loss", (size_t)V * terms, (size_t)terms);
+    if (!b) return;
+    b->dims[0] = V;
+    b->dims[1] = terms;
+    b->is_loss = true;
+}

@@ -1,0 +1,195 @@
+/* conv2d, NCHW, weights (OC, IC, KH, KW): im2col + one GEMM per chunk of samples.
+ *
+ * With K = IC*KH*KW and P = OH*OW, im2col lays a chunk of nb samples out as
+ * col (K, nb*P): row (c, kh, kw) matches the flattening of W, column (s, oh, ow).
+ * Then
+ *   forward:  Y (OC, nb*P) = W (OC, K) @ col            -> scattered to NCHW + bias
+ *   backward: dW (OC, K) += dY (OC, nb*P) @ col^T        (col recomputed from inp)
+ *             dcol (K, nb*P) = W^T @ dY;  col2im adds dcol into dinp
+ * One sample alone gives a short GEMM (P = 196 for 14x14) that BLAS runs well
+ * below peak; batching samples until the GEMM has about DT_CONV_COLS columns
+ * keeps it efficient at the price of copying Y/dY between (OC, nb, P) and
+ * NCHW, which is cheap next to the GEMM (OC*P floats per sample, rows of P).
+ *
+ * Scratch (dt_conv2d_scratch_floats): col, K*nb*P floats (reused for dcol), then
+ * a staging buffer of OC*nb*P floats for Y / dY; nb = chunk_samples(d).
+ *
+ * im2col copies whole output rows: for each (c, kh, kw) the valid ow range is
+ * computed once, the padding at the edges is zero-filled and the middle is a
+ * contiguous copy (stride 1) or a strided gather, with no per-element branches. */
+#include "dtrain/core.h"
+#include "dtrain/nn.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#define DT_CONV_COLS 2048
+
+int dt_conv2d_out_h(const dt_conv2d_dims *d) { return (d->H + 2 * d->pad - d->KH) / d->stride + 1; }
+
+int dt_conv2d_out_w(const dt_conv2d_dims *d) { return (d->W + 2 * d->pad - d->KW) / d->stride + 1; }
+
+static int chunk_samples(const dt_conv2d_dims *d) {
+    size_t P = (size_t)dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
+    size_t nb = (DT_CONV_COLS + P - 1) / P;
+    if (nb > (size_t)d->B) nb = (size_t)d->B;
+    return nb < 1 ? 1 : (int)nb;
+}
+
+size_t dt_conv2d_scratch_floats(const dt_conv2d_dims *d) {
+    size_t K = (size_t)d->IC * d->KH * d->KW;
+    size_t cols = (size_t)chunk_samples(d) * dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
+    return (K + (size_t)d->OC) * cols;
+}
+
+/* Output columns [lo, hi) whose input column ow*stride - pad + kw lies in [0, W). */
+static void valid_range(int kw, int pad, int stride, int W, int OW, int *lo, int *hi) {
+    int a = pad - kw; /* need ow*stride >= a */
+    int l = a <= 0 ? 0 : (a + stride - 1) / stride;
+    int b = W - 1 + pad - kw; /* need ow*stride <= b */
+    int h = b < 0 ? 0 : b / stride + 1;
+    if (h > OW) h = OW;
+    if (l > h) l = h;
+    *lo = l;
+    *hi = h;
+}
+
+/* col rows are ld floats apart; this sample's columns start at col. */
+static void im2col(float *col, size_t ld, const float *x, const dt_conv2d_dims *d, int OH,
+                   int OW) {
+    const int S = d->stride, Pd = d->pad;
+    for (int c = 0; c < d->IC; c++) {
+        const float *xc = x + (size_t)c * d->H * d->W;
+        for (int kh = 0; kh < d->KH; kh++) {
+            for (int kw = 0; kw < d->KW; kw++) {
+                float *row = col + ((size_t)(c * d->KH + kh) * d->KW + kw) * ld;
+                int lo, hi;
+                valid_range(kw, Pd, S, d->W, OW, &lo, &hi);
+                for (int oh = 0; oh < OH; oh++) {
+                    float *dst = row + (size_t)oh * OW;
+                    int ih = oh * S - Pd + kh;
+                    if (ih < 0 || ih >= d->H) {
+                        memset(dst, 0, (size_t)OW * sizeof(float));
+                        continue;
+                    }
+                    const float *src = xc + (size_t)ih * d->W + (lo * S - Pd + kw);
+                    memset(dst, 0, (size_t)lo * sizeof(float));
+                    if (S == 1) {
+                        memcpy(dst + lo, src, (size_t)(hi - lo) * sizeof(float));
+                    } else {
+                        for (int ow = lo; ow < hi; ow++) dst[ow] = src[(ow - lo) * S];
+                    }
+                    memset(dst + hi, 0, (size_t)(OW - hi) * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
+/* Adds the columns of one sample back into its input gradient dx. */
+static void col2im_add(float *dx, const float *col, size_t ld, const dt_conv2d_dims *d, int OH,
+                       int OW) {
+    const int S = d->stride, Pd = d->pad;
+    for (int c = 0; c < d->IC; c++) {
+        float *xc = dx + (size_t)c * d->H * d->W;
+        for (int kh = 0; kh < d->KH; kh++) {
+            for (int kw = 0; kw < d->KW; kw++) {
+                const float *row = col + ((size_t)(c * d->KH + kh) * d->KW + kw) * ld;
+                int lo, hi;
+                valid_range(kw, Pd, S, d->W, OW, &lo, &hi);
+                for (int oh = 0; oh < OH; oh++) {
+                    int ih = oh * S - Pd + kh;
+                    if (ih < 0 || ih >= d->H) continue;
+                    const float *restrict src = row + (size_t)oh * OW + lo;
+                    float *restrict dst = xc + (size_t)ih * d->W + (lo * S - Pd + kw);
+                    int n = hi - lo;
+                    if (S == 1) {
+                        for (int i = 0; i < n; i++) dst[i] += src[i];
+                    } else {
+                        for (int i = 0; i < n; i++) dst[i * S] += src[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void dt_conv2d_forward(float *out, float *scratch, const float *inp, const float *w,
+                       const float *b, const dt_conv2d_dims *d) {
+    DT_ASSERT(d->stride >= 1 && d->pad >= 0);
+    const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d), OC = d->OC;
+    const size_t P = (size_t)OH * OW, K = (size_t)d->IC * d->KH * d->KW;
+    const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)OC * P;
+    const int NB = chunk_samples(d);
+    float *col = scratch;
+    for (int b0 = 0; b0 < d->B; b0 += NB) {
+        const int nb = d->B - b0 < NB ? d->B - b0 : NB;
+        const size_t ld = (size_t)nb * P;
+        for (int s = 0; s < nb; s++)
+            im2col(col + (size_t)s * P, ld, inp + (b0 + s) * in_sz, d, OH, OW);
+        if (nb == 1) {
+            /* One sample: the GEMM writes NCHW directly, bias pre-filled. */
+            float *y = out + (size_t)b0 * out_sz;
+            for (int o = 0; o < OC; o++) {
+                float bv = b ? b[o] : 0.0f;
+                for (size_t i = 0; i < P; i++) y[o * P + i] = bv;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, OC, (int)P, (int)K, 1.0f, w,
+                        (int)K, col, (int)P, 1.0f, y, (int)P);
+            continue;
+        }
+        float *stage = scratch + K * NB * P; /* (OC, nb*P) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, OC, (int)ld, (int)K, 1.0f, w,
+                    (int)K, col, (int)ld, 0.0f, stage, (int)ld);
+        for (int s = 0; s < nb; s++) {
+            float *y = out + (b0 + s) * out_sz;
+            for (int o = 0; o < OC; o++) {
+                const float *restrict src = stage + o * ld + s * P;
+                float *restrict dst = y + o * P;
+                float bv = b ? b[o] : 0.0f;
+                for (size_t i = 0; i < P; i++) dst[i] = src[i] + bv;
+            }
+        }
+    }
+}
+
+void dt_conv2d_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout,
+                        const float *inp, const float *w, const dt_conv2d_dims *d) {
+    DT_ASSERT(d->stride >= 1 && d->pad >= 0);
+    const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d), OC = d->OC;
+    const size_t P = (size_t)OH * OW, K = (size_t)d->IC * d->KH * d->KW;
+    const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)OC * P;
+    const int NB = chunk_samples(d);
+    float *col = scratch;
+    for (int b0 = 0; b0 < d->B; b0 += NB) {
+        const int nb = d->B - b0 < NB ? d->B - b0 : NB;
+        const size_t ld = (size_t)nb * P;
+        /* dY of the chunk as (OC, nb*P): the caller's memory when nb == 1. */
+        const float *g = dout + (size_t)b0 * out_sz;
+        if (nb > 1) {
+            float *stage = scratch + K * NB * P;
+            for (int s = 0; s < nb; s++)
+                for (int o = 0; o < OC; o++)
+                    memcpy(stage + o * ld + s * P, dout + (b0 + s) * out_sz + o * P,
+                           P * sizeof(float));
+            g = stage;
+        }
+        if (db) {
+            for (int o = 0; o < OC; o++) {
+                const float *restrict r = g + o * ld;
+                float acc = 0.0f;
+                for (size_t i = 0; i < ld; i++) acc += r[i];
+                db[o] += acc;
+            }
+        }
+        for (int s = 0; s < nb; s++)
+            im2col(col + (size_t)s * P, ld, inp + (b0 + s) * in_sz, d, OH, OW);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, (int)K, (int)ld, 1.0f, g,
+                    (int)ld, col, (int)ld, 1.0f, dw, (int)K);
+        if (!dinp) continue;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)ld, OC, 1.0f, w,
+                    (int)K, g, (int)ld, 0.0f, col, (int)ld);
+        for (int s = 0; s < nb; s++)
+            col2im_add(dinp + (b0 + s) * in_sz, col + (size_t)s * P, ld, d, OH, OW);
+    }
+}

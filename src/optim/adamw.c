@@ -1,0 +1,42 @@
+/* AdamW (decoupled weight decay), operation for operation as PyTorch 1.13's
+ * torch.optim.AdamW (foreach=False, amsgrad=False). Scalars are formed in
+ * double as Python does, then rounded to float where PyTorch passes them to a
+ * float kernel:
+ *
+ *   w = w * (float)(1 - lr*wd)
+ *   m = m*beta1 + (float)(1-beta1) * g
+ *   v = v*beta2 + (float)(1-beta2) * g * g
+ *   denom = sqrt(v) / (float)sqrt(1 - beta2^t) + eps
+ *   w = w + (float)(-lr / (1 - beta1^t)) * m / denom
+ *
+ * The loop is branch-free over restrict pointers; with -fno-math-errno the
+ * compiler vectorises the sqrt. */
+#include "optim_internal.h"
+
+#include <math.h>
+
+static void adamw_kernel(float *restrict w, const float *restrict g, float *restrict m,
+                         float *restrict v, size_t n, float decay, float b1, float c1,
+                         float b2, float c2, float bc2_sqrt, float eps, float neg_step) {
+    for (size_t i = 0; i < n; i++) {
+        float wi = w[i] * decay;
+        float mi = m[i] * b1 + c1 * g[i];
+        float vi = v[i] * b2 + c2 * g[i] * g[i];
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = wi + neg_step * mi / denom;
+    }
+}
+
+void dt_adamw_update(const dt_optim *o, float *w, const float *g, float *m, float *v,
+                     size_t n, float lr, float wd) {
+    const double beta1 = o->cfg.beta1, beta2 = o->cfg.beta2;
+    const double t = (double)(o->t > 0 ? o->t : 1);
+    const double bc1 = 1.0 - pow(beta1, t);
+    const double bc2 = 1.0 - pow(beta2, t);
+    const double step_size = (double)lr / bc1;
+    adamw_kernel(w, g, m, v, n, (float)(1.0 - (double)lr * (double)wd), (float)beta1,
+                 (float)(1.0 - beta1), (float)beta2, (float)(1.0 - beta2), (float)sqrt(bc2),
+                 o->cfg.eps, (float)-step_size);
+}

@@ -1,0 +1,296 @@
+/* dtrain: the command-line trainer.
+ *
+ *   dtrain train --model mlp|cnn|gpt [flags]     train, write weights + metrics
+ *   dtrain eval  --weights FILE [--model M]      test accuracy / validation loss
+ *
+ * Exit codes: 0 success, 1 the run failed (bad data, bad weights, I/O),
+ * 2 usage error (unknown flag, bad value). */
+#include "dtrain/train.h"
+#include "dtrain/weights.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXIT_RUN 1
+#define EXIT_USAGE 2
+
+static const char *g_cmd = "dtrain";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", g_cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see '%s --help')\n", g_cmd);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+        return usage_error("%s expects an integer, got '%s'", flag, s);
+    if (v < lo || v > hi)
+        return usage_error("%s %lld is out of range [%lld, %lld]", flag, v, (long long)lo, (long long)hi);
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *flag, const char *s, int lo, int hi, int *out) {
+    int64_t v;
+    int rc = parse_i64(flag, s, lo, hi, &v);
+    if (!rc) *out = (int)v;
+    return rc;
+}
+
+static int parse_float(const char *flag, const char *s, double lo, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return usage_error("%s expects a number, got '%s'", flag, s);
+    if (v < lo || v > hi) return usage_error("%s %g is out of range [%g, %g]", flag, v, lo, hi);
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_hidden(const char *s, dt_model_cfg *m) {
+    m->n_hidden = 0;
+    const char *p = s;
+    if (strcmp(s, "none") == 0) return 0;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 1 || v > 65536)
+            return usage_error("--hidden expects sizes in [1, 65536] separated by commas, got '%s'", s);
+        if (m->n_hidden == DT_MLP_MAX_HIDDEN)
+            return usage_error("--hidden: at most %d hidden layers", DT_MLP_MAX_HIDDEN);
+        m->hidden[m->n_hidden++] = (int)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) return usage_error("--hidden expects sizes separated by commas, got '%s'", s);
+    }
+    return 0;
+}
+
+typedef struct cli {
+    dt_train_cfg cfg;
+    const char *weights;
+    int threads;
+    bool model_given;
+    bool progress_off;
+} cli;
+
+static const char *train_help =
+    "usage: dtrain train --model mlp|cnn|gpt [flags]\n"
+    "\n"
+    "data and length\n"
+    "  --data PATH          mlp/cnn: folder with the four Fashion-MNIST IDX files (.gz or not)\n"
+    "                       [/usr/share/datasets/fashion-mnist]; gpt: a text file or folder\n"
+    "                       [/usr/share/games/fortunes]\n"
+    "  --epochs E           passes over the training set [1]\n"
+    "  --steps N            optimizer steps (overrides --epochs) [gpt: 300]\n"
+    "  --batch B            global batch: images, or sequences for the gpt [128; gpt 16]\n"
+    "  --val-frac F         gpt: held-out tail of the corpus [0.1]\n"
+    "optimizer\n"
+    "  --optim sgd|adamw    [mlp/cnn sgd, gpt adamw]\n"
+    "  --lr LR              peak learning rate [sgd 0.05, adamw 1e-3]\n"
+    "  --min-lr LR          end of the cosine decay [0; gpt 1e-4]\n"
+    "  --warmup N           linear warm-up steps [0; gpt 20]\n"
+    "  --schedule cosine|constant  after warm-up [cosine]\n"
+    "  --momentum M         sgd momentum [0.9]\n"
+    "  --nesterov           sgd Nesterov momentum\n"
+    "  --weight-decay WD    sgd L2 / adamw decoupled, on >=2-D tensors only [sgd 0, adamw 0.01; gpt 0.1]\n"
+    "  --beta1 B1 --beta2 B2 --eps E   adamw [0.9, 0.999 (gpt 0.99), 1e-8]\n"
+    "  --clip NORM          global gradient-norm clipping, 0 = off [0; gpt 1]\n"
+    "model\n"
+    "  --hidden H1,H2,...   mlp hidden sizes [1024,1024]\n"
+    "  --n-layer L --n-head H --n-embd C --block-size T   gpt [4, 4, 256, 128]\n"
+    "  --init FILE          start from these weights (safetensors)\n"
+    "run\n"
+    "  --seed S             [1]\n"
+    "  --out DIR            write DIR/model.safetensors and DIR/metrics.jsonl\n"
+    "  --eval-every K       evaluate every K steps (always at the end) [0]\n"
+    "  --eval-max N         gpt: validation windows per evaluation, 0 = all [256]\n"
+    "  --log-every K        steps per metrics line [10]\n"
+    "  --threads N          BLAS threads [OpenBLAS default; OPENBLAS_NUM_THREADS]\n"
+    "  --quiet              no progress output\n";
+
+static const char *eval_help =
+    "usage: dtrain eval --weights FILE [--model mlp|cnn|gpt] [--data PATH] [--eval-max N]\n"
+    "Prints test accuracy and loss (mlp, cnn) or validation loss (gpt). The model and its\n"
+    "sizes are read from the file's metadata when --model is not given.\n";
+
+/* First pass: the model and optimizer decide the defaults the other flags refine. */
+static int prescan(int argc, char **argv, cli *c) {
+    dt_model_kind kind = DT_MODEL_MLP;
+    const char *optim = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            if (dt_model_kind_parse(argv[i + 1], &kind)) return usage_error("%s", dt_error_msg());
+            c->model_given = true;
+        }
+        if (strcmp(argv[i], "--optim") == 0 && i + 1 < argc) optim = argv[i + 1];
+    }
+    dt_train_cfg_default(&c->cfg, kind);
+    if (optim) {
+        dt_optim_kind ok;
+        if (strcmp(optim, "sgd") == 0) ok = DT_OPTIM_SGD;
+        else if (strcmp(optim, "adamw") == 0) ok = DT_OPTIM_ADAMW;
+        else return usage_error("--optim must be sgd or adamw, got '%s'", optim);
+        if (ok != c->cfg.optim.kind) {
+            dt_optim_cfg_default(&c->cfg.optim, ok);
+            if (ok == DT_OPTIM_SGD) { c->cfg.lr = 0.05f; c->cfg.optim.momentum = 0.9f; }
+            else c->cfg.lr = 1e-3f;
+        }
+    }
+    return 0;
+}
+
+static int parse_flags(int argc, char **argv, cli *c, bool train) {
+    dt_train_cfg *t = &c->cfg;
+    int rc = 0;
+    for (int i = 0; i < argc && !rc; i++) {
+        const char *f = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEEDV()                                                                 \
+    do {                                                                        \
+        if (!v) return usage_error("%s needs a value", f);                      \
+        i++;                                                                    \
+    } while (0)
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            fputs(train ? train_help : eval_help, stdout);
+            exit(0);
+        } else if (strcmp(f, "--model") == 0) { NEEDV();
+        } else if (strcmp(f, "--data") == 0) { NEEDV(); t->data = v;
+        } else if (strcmp(f, "--eval-max") == 0) { NEEDV(); rc = parse_int(f, v, 0, INT_MAX, &t->eval_max);
+        } else if (strcmp(f, "--threads") == 0) { NEEDV(); rc = parse_int(f, v, 1, 1024, &c->threads);
+        } else if (strcmp(f, "--val-frac") == 0) { NEEDV(); float x; rc = parse_float(f, v, 1e-6, 0.999, &x); t->val_frac = x;
+        } else if (!train && strcmp(f, "--weights") == 0) { NEEDV(); c->weights = v;
+        } else if (!train) {
+            return usage_error("unknown flag '%s'", f);
+        } else if (strcmp(f, "--epochs") == 0) { NEEDV(); rc = parse_i64(f, v, 1, 100000, &t->epochs);
+        } else if (strcmp(f, "--steps") == 0) { NEEDV(); rc = parse_i64(f, v, 1, INT64_MAX / 2, &t->steps);
+        } else if (strcmp(f, "--batch") == 0) { NEEDV(); rc = parse_int(f, v, 1, 1 << 20, &t->batch);
+        } else if (strcmp(f, "--optim") == 0) { NEEDV();
+        } else if (strcmp(f, "--lr") == 0) { NEEDV(); rc = parse_float(f, v, 1e-12, 100, &t->lr);
+        } else if (strcmp(f, "--min-lr") == 0) { NEEDV(); rc = parse_float(f, v, 0, 100, &t->min_lr);
+        } else if (strcmp(f, "--warmup") == 0) { NEEDV(); rc = parse_i64(f, v, 0, INT64_MAX / 2, &t->warmup);
+        } else if (strcmp(f, "--schedule") == 0) { NEEDV();
+            if (strcmp(v, "cosine") == 0) t->cosine = true;
+            else if (strcmp(v, "constant") == 0) t->cosine = false;
+            else rc = usage_error("--schedule must be cosine or constant, got '%s'", v);
+        } else if (strcmp(f, "--momentum") == 0) { NEEDV(); rc = parse_float(f, v, 0, 0.999999, &t->optim.momentum);
+        } else if (strcmp(f, "--nesterov") == 0) { t->optim.nesterov = true;
+        } else if (strcmp(f, "--weight-decay") == 0) { NEEDV(); rc = parse_float(f, v, 0, 10, &t->optim.weight_decay);
+        } else if (strcmp(f, "--beta1") == 0) { NEEDV(); rc = parse_float(f, v, 0, 0.999999, &t->optim.beta1);
+        } else if (strcmp(f, "--beta2") == 0) { NEEDV(); rc = parse_float(f, v, 0, 0.999999999, &t->optim.beta2);
+        } else if (strcmp(f, "--eps") == 0) { NEEDV(); rc = parse_float(f, v, 1e-30, 1, &t->optim.eps);
+        } else if (strcmp(f, "--clip") == 0) { NEEDV(); rc = parse_float(f, v, 0, 1e9, &t->clip);
+        } else if (strcmp(f, "--hidden") == 0) { NEEDV(); rc = parse_hidden(v, &t->model);
+        } else if (strcmp(f, "--n-layer") == 0) { NEEDV(); rc = parse_int(f, v, 1, 256, &t->model.n_layer);
+        } else if (strcmp(f, "--n-head") == 0) { NEEDV(); rc = parse_int(f, v, 1, 256, &t->model.n_head);
+        } else if (strcmp(f, "--n-embd") == 0) { NEEDV(); rc = parse_int(f, v, 1, 16384, &t->model.n_embd);
+        } else if (strcmp(f, "--block-size") == 0) { NEEDV(); rc = parse_int(f, v, 1, 8192, &t->model.block_size);
+        } else if (strcmp(f, "--init") == 0) { NEEDV(); t->init = v;
+        } else if (strcmp(f, "--seed") == 0) { NEEDV(); int64_t s; rc = parse_i64(f, v, 0, INT64_MAX, &s); t->seed = (uint64_t)s;
+        } else if (strcmp(f, "--out") == 0) { NEEDV(); t->out_dir = v;
+        } else if (strcmp(f, "--eval-every") == 0) { NEEDV(); rc = parse_i64(f, v, 0, INT64_MAX / 2, &t->eval_every);
+        } else if (strcmp(f, "--log-every") == 0) { NEEDV(); rc = parse_i64(f, v, 1, INT64_MAX / 2, &t->log_every);
+        } else if (strcmp(f, "--quiet") == 0) { t->quiet = true;
+        } else if (strcmp(f, "--no-progress") == 0) { c->progress_off = true;
+        } else {
+            return usage_error("unknown flag '%s'", f);
+        }
+#undef NEEDV
+    }
+    return rc;
+}
+
+static int run_error(void) {
+    fprintf(stderr, "%s: %s\n", g_cmd, dt_error_msg());
+    return EXIT_RUN;
+}
+
+static int cmd_train(int argc, char **argv) {
+    cli c = {0};
+    g_cmd = "dtrain train";
+    int rc = prescan(argc, argv, &c);
+    if (!rc) rc = parse_flags(argc, argv, &c, true);
+    if (rc) return rc;
+    if (c.cfg.min_lr > c.cfg.lr) c.cfg.min_lr = c.cfg.lr;
+    if (dt_train_cfg_check(&c.cfg)) return usage_error("%s", dt_error_msg());
+    if (c.threads) openblas_set_num_threads(c.threads);
+    c.cfg.progress = !c.progress_off && isatty(STDERR_FILENO);
+    dt_train_result r;
+    if (dt_train_run(&c.cfg, &r)) return run_error();
+    if (c.cfg.model.kind == DT_MODEL_GPT)
+        printf("trained %s: %lld steps, final train loss %.4f, validation loss %.4f, %.0f tokens/s\n",
+               dt_model_kind_name(c.cfg.model.kind), (long long)r.steps, (double)r.final_loss,
+               (double)r.eval_loss, r.items_per_s);
+    else
+        printf("trained %s: %lld steps, final train loss %.4f, test accuracy %.2f%%, %.0f samples/s\n",
+               dt_model_kind_name(c.cfg.model.kind), (long long)r.steps, (double)r.final_loss,
+               100.0 * r.test_acc, r.items_per_s);
+    return 0;
+}
+
+static int cmd_eval(int argc, char **argv) {
+    cli c = {0};
+    g_cmd = "dtrain eval";
+    int rc = prescan(argc, argv, &c);
+    if (!rc) rc = parse_flags(argc, argv, &c, false);
+    if (rc) return rc;
+    if (!c.weights) return usage_error("--weights FILE is required");
+    if (!c.model_given) {
+        /* The file says which model it holds. */
+        dt_model_cfg mc;
+        if (dt_weights_read_cfg(c.weights, &mc)) return run_error();
+        dt_train_cfg_default(&c.cfg, mc.kind);
+        rc = parse_flags(argc, argv, &c, false);
+        if (rc) return rc;
+        c.cfg.model = mc;
+    } else if (c.cfg.model.kind != DT_MODEL_CNN) {
+        /* Sizes come from the file even when the kind is given. */
+        dt_model_cfg mc;
+        if (dt_weights_read_cfg(c.weights, &mc) == DT_OK && mc.kind == c.cfg.model.kind) c.cfg.model = mc;
+    }
+    if (c.threads) openblas_set_num_threads(c.threads);
+    dt_train_result r;
+    if (dt_eval_run(&c.cfg, c.weights, &r)) return run_error();
+    if (c.cfg.model.kind == DT_MODEL_GPT)
+        printf("validation loss %.4f (%s, %s)\n", (double)r.eval_loss, dt_model_kind_name(c.cfg.model.kind), c.weights);
+    else
+        printf("test accuracy %.2f%% (loss %.4f; %s, %s)\n", 100.0 * r.test_acc, (double)r.eval_loss,
+               dt_model_kind_name(c.cfg.model.kind), c.weights);
+    return 0;
+}
+
+static const char *main_help =
+    "usage: dtrain <command> [flags]\n"
+    "\n"
+    "  train    train a model (mlp, cnn, gpt); 'dtrain train --help'\n"
+    "  eval     evaluate saved weights; 'dtrain eval --help'\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        fputs(main_help, argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : 0;
+    }
+    if (strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2);
+    if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 2, argv + 2);
+    fprintf(stderr, "dtrain: unknown command '%s' (commands: train, eval; see 'dtrain --help')\n", argv[1]);
+    return EXIT_USAGE;
+}
