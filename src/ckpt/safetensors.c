@@ -251,9 +251,13 @@ static dt_status parse_into(dt_st_file *f, const uint8_t *buf, size_t len, const
 
     dt_status st = DT_OK;
     json_error_t jerr;
-    json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen,
+                              JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root) {
         char eb[160];
+        if (json_error_code(&jerr) == json_error_duplicate_key)
+            return dt_errorf(DT_ERR_FORMAT, "%s: duplicate tensor name in header: %s", fname,
+                             printable(jerr.text, eb, sizeof eb));
         return dt_errorf(DT_ERR_FORMAT, "%s: header is not valid JSON: %s (at byte %d of the header)",
                          fname, printable(jerr.text, eb, sizeof eb), jerr.position);
     }
@@ -578,9 +582,10 @@ dt_status dt_st_writer_add(dt_st_writer *w, const char *name, dt_dtype dtype, in
 /* A later value for the same key replaces the earlier one. */
 dt_status dt_st_writer_meta(dt_st_writer *w, const char *key, const char *value) {
     if (!key || !value) return dt_errorf(DT_ERR_INVALID, "safetensors writer: NULL metadata key or value");
+    char kb[96];
     if (!utf8_ok(key) || !utf8_ok(value))
-        return dt_errorf(DT_ERR_INVALID, "safetensors writer: metadata '%s' is not valid UTF-8", key);
-    }
+        return dt_errorf(DT_ERR_INVALID, "safetensors writer: metadata '%s' is not valid UTF-8",
+                         printable(key, kb, sizeof kb));
     if (json_object_set_new(w->meta, key, json_string(value)) != 0)
         return dt_errorf(DT_ERR_NOMEM, "safetensors writer: out of memory");
     return DT_OK;

@@ -151,7 +151,8 @@ dt_status dt_corpus_load(const char *path, double val_frac, int T, dt_corpus *ou
     } else if (S_ISREG(sb.st_mode)) {
         if ((st = corpus_append_file(&b, path)) != DT_OK) goto done;
     } else {
-        st = dt_errorf(DT_ERR_INVALID, "%s: the corpus must be a regular file or a directory", path);
+        st = dt_errorf(DT_ERR_INVALID, "%s: the corpus must be a regular file or a directory",
+                       path);
         goto done;
     }
     if (b.n == 0) {
@@ -212,7 +213,8 @@ void dt_corpus_gather(const dt_corpus *c, const int64_t *idx, int B, int T, int 
         DT_ASSERT(idx[b] >= 0 && idx[b] < nw);
         size_t start = (size_t)idx[b] * (size_t)T + (size_t)shift;
         if (start > last) start = last;
-        corpus_fill(c->bytes + start, T, tokens + (size_t)b * T, targets + (size_t)b * T);
+        size_t off = (size_t)b * (size_t)T;
+        corpus_fill(c->bytes + start, T, tokens + off, targets + off);
     }
 }
 
@@ -229,6 +231,7 @@ void dt_corpus_gather_val(const dt_corpus *c, int64_t first, int B, int T, int32
     DT_ASSERT(first + B <= dt_corpus_val_windows(c, T));
     for (int b = 0; b < B; b++) {
         size_t start = c->n_train + (size_t)(first + b) * (size_t)T;
-        corpus_fill(c->bytes + start, T, tokens + (size_t)b * T, targets + (size_t)b * T);
+        size_t off = (size_t)b * (size_t)T;
+        corpus_fill(c->bytes + start, T, tokens + off, targets + off);
     }
 }

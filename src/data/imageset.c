@@ -85,7 +85,8 @@ dt_status dt_imageset_load(const char *dir, bool train, dt_imageset *out) {
     if (img.type != 0x08 || img.ndim != 3) {
         st = dt_errorf(DT_ERR_FORMAT,
                        "%s: images must be u8 (type 0x08) with 3 dimensions (n, rows, cols) but "
-                       "the file has type 0x%02x with %d (%s); not an image file, " IMG_HINT_REDOWNLOAD,
+                       "the file has type 0x%02x with %d (%s); not an image file, "
+                       IMG_HINT_REDOWNLOAD,
                        img_path, img.type, img.ndim, dims);
         goto done;
     }

@@ -30,14 +30,17 @@ dt_status dt_sampler_init(dt_sampler *s, int64_t n, uint64_t seed, bool shuffle,
                           int rank, int world) {
     DT_ASSERT(s);
     memset(s, 0, sizeof *s);
-    if (n < 1) return dt_errorf(DT_ERR_INVALID, "sampler: dataset size %lld must be >= 1", (long long)n);
+    if (n < 1)
+        return dt_errorf(DT_ERR_INVALID, "sampler: dataset size %lld must be >= 1", (long long)n);
     if (world < 1 || rank < 0 || rank >= world)
-        return dt_errorf(DT_ERR_INVALID, "sampler: rank %d of world %d is out of range", rank, world);
+        return dt_errorf(DT_ERR_INVALID, "sampler: rank %d of world %d is out of range", rank,
+                         world);
     if ((uint64_t)n > SIZE_MAX / sizeof(int64_t))
         return dt_errorf(DT_ERR_NOMEM, "sampler: dataset size %lld too large", (long long)n);
     s->perm = dt_malloc((size_t)n * sizeof *s->perm);
     if (!s->perm)
-        return dt_errorf(DT_ERR_NOMEM, "sampler: cannot allocate a permutation of %lld", (long long)n);
+        return dt_errorf(DT_ERR_NOMEM, "sampler: cannot allocate a permutation of %lld",
+                         (long long)n);
     s->n = n;
     s->seed = seed;
     s->shuffle = shuffle;

@@ -6,13 +6,16 @@
  *   forward:  Y (OC, nb*P) = W (OC, K) @ col            -> scattered to NCHW + bias
  *   backward: dW (OC, K) += dY (OC, nb*P) @ col^T        (col recomputed from inp)
  *             dcol (K, nb*P) = W^T @ dY;  col2im adds dcol into dinp
- * One sample alone gives a short GEMM (P = 196 for 14x14) that BLAS runs well
- * below peak; batching samples until the GEMM has about DT_CONV_COLS columns
- * keeps it efficient at the price of copying Y/dY between (OC, nb, P) and
- * NCHW, which is cheap next to the GEMM (OC*P floats per sample, rows of P).
+ * Chunking: a GEMM with few columns (P = 49 for 7x7 maps) runs well below
+ * peak, so samples are batched until the GEMM has at least DT_CONV_COLS
+ * columns, at the price of copying Y/dY between (OC, nb, P) and NCHW. Larger
+ * chunks were measured slower (1 core, OpenBLAS, batch 64): a col buffer past L2
+ * costs more than the GEMM gains, e.g. 32->64 5x5 on 14x14 (P = 196) takes
+ * 12.9 ms forward one sample at a time, 13.7 ms with 2048-column chunks; 64->64
+ * 3x3 on 7x7 takes 4.2 ms one at a time and 3.7 ms with 128-column chunks.
  *
  * Scratch (dt_conv2d_scratch_floats): col, K*nb*P floats (reused for dcol), then
- * a staging buffer of OC*nb*P floats for Y / dY; nb = chunk_samples(d).
+ * a staging buffer of OC*nb*P floats for Y / dY when nb > 1; nb = chunk_samples(d).
  *
  * im2col copies whole output rows: for each (c, kh, kw) the valid ow range is
  * computed once, the padding at the edges is zero-filled and the middle is a
@@ -23,7 +26,9 @@
 #include <cblas.h>
 #include <string.h>
 
-#define DT_CONV_COLS 2048
+#ifndef DT_CONV_COLS
+#define DT_CONV_COLS 128
+#endif
 
 int dt_conv2d_out_h(const dt_conv2d_dims *d) { return (d->H + 2 * d->pad - d->KH) / d->stride + 1; }
 
@@ -38,8 +43,9 @@ static int chunk_samples(const dt_conv2d_dims *d) {
 
 size_t dt_conv2d_scratch_floats(const dt_conv2d_dims *d) {
     size_t K = (size_t)d->IC * d->KH * d->KW;
-    size_t cols = (size_t)chunk_samples(d) * dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
-    return (K + (size_t)d->OC) * cols;
+    size_t nb = (size_t)chunk_samples(d);
+    size_t cols = nb * dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
+    return (K + (nb > 1 ? (size_t)d->OC : 0)) * cols; /* no staging for one sample */
 }
 
 /* Output columns [lo, hi) whose input column ow*stride - pad + kw lies in [0, W). */
@@ -52,6 +58,51 @@ static void valid_range(int kw, int pad, int stride, int W, int OW, int *lo, int
     if (l > h) l = h;
     *lo = l;
     *hi = h;
+}
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+
+/* Rows are short (OW = 14 or 28 floats in a small CNN), so a libc memcpy call
+ * per row costs more than the copy. These copy with fixed-size vector moves;
+ * the last one overlaps the previous instead of looping over a scalar tail. */
+static inline void copy_row(float *restrict dst, const float *restrict src, int n) {
+    if (n >= 16) {
+        int i = 0;
+        for (; i + 16 <= n; i += 16) memcpy(dst + i, src + i, sizeof(v16f));
+        if (i < n) memcpy(dst + n - 16, src + n - 16, sizeof(v16f));
+    } else if (n >= 8) {
+        memcpy(dst, src, sizeof(v8f));
+        memcpy(dst + n - 8, src + n - 8, sizeof(v8f));
+    } else {
+        for (int i = 0; i < n; i++) dst[i] = src[i];
+    }
+}
+
+/* dst[0..n) += src[0..n). The tail re-reads the last 8 and masks off the lanes
+ * already added. */
+static inline void add_row(float *restrict dst, const float *restrict src, int n) {
+    if (n < 8) {
+        for (int i = 0; i < n; i++) dst[i] += src[i];
+        return;
+    }
+    int i = 0;
+    v8f a, b;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&a, dst + i, sizeof a);
+        memcpy(&b, src + i, sizeof b);
+        a += b;
+        memcpy(dst + i, &a, sizeof a);
+    }
+    if (i < n) {
+        const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+        const int skip = 8 - (n - i);
+        memcpy(&a, dst + n - 8, sizeof a);
+        memcpy(&b, src + n - 8, sizeof b);
+        a += (v8f)((v8i)b & (lane >= skip));
+        memcpy(dst + n - 8, &a, sizeof a);
+    }
 }
 
 /* col rows are ld floats apart; this sample's columns start at col. */
@@ -73,13 +124,13 @@ static void im2col(float *col, size_t ld, const float *x, const dt_conv2d_dims *
                         continue;
                     }
                     const float *src = xc + (size_t)ih * d->W + (lo * S - Pd + kw);
-                    memset(dst, 0, (size_t)lo * sizeof(float));
+                    for (int ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
                     if (S == 1) {
-                        memcpy(dst + lo, src, (size_t)(hi - lo) * sizeof(float));
+                        copy_row(dst + lo, src, hi - lo);
                     } else {
                         for (int ow = lo; ow < hi; ow++) dst[ow] = src[(ow - lo) * S];
                     }
-                    memset(dst + hi, 0, (size_t)(OW - hi) * sizeof(float));
+                    for (int ow = hi; ow < OW; ow++) dst[ow] = 0.0f;
                 }
             }
         }
@@ -104,7 +155,7 @@ static void col2im_add(float *dx, const float *col, size_t ld, const dt_conv2d_d
                     float *restrict dst = xc + (size_t)ih * d->W + (lo * S - Pd + kw);
                     int n = hi - lo;
                     if (S == 1) {
-                        for (int i = 0; i < n; i++) dst[i] += src[i];
+                        add_row(dst, src, n);
                     } else {
                         for (int i = 0; i < n; i++) dst[i * S] += src[i];
                     }

@@ -77,6 +77,7 @@ void dt_gelu_backward(float *restrict dinp, const float *restrict dout,
     }
     if (i < n) {
         size_t k = n - i;
-        vstore(dinp + i, vload(dinp + i, k) + vgelu_grad(vload(inp + i, k)) * vload(dout + i, k), k);
+        vf d = vload(dinp + i, k) + vgelu_grad(vload(inp + i, k)) * vload(dout + i, k);
+        vstore(dinp + i, d, k);
     }
 }

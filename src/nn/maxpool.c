@@ -7,6 +7,9 @@
 
 #include <math.h>
 
+/* Whether v replaces the current best: strictly greater, or the first NaN. */
+static inline int beats(float v, float best) { return !isnan(best) && (v > best || isnan(v)); }
+
 void dt_maxpool2x2_forward(float *out, int32_t *argmax, const float *inp, int B, int C,
                            int H, int W) {
     DT_ASSERT(H % 2 == 0 && W % 2 == 0);
@@ -22,9 +25,9 @@ void dt_maxpool2x2_forward(float *out, int32_t *argmax, const float *inp, int B,
                 int i0 = 2 * oh * W + 2 * ow;
                 float best = r0[2 * ow];
                 int32_t at = i0;
-                if (!isnan(best) && (r0[2 * ow + 1] > best || isnan(r0[2 * ow + 1]))) { best = r0[2 * ow + 1]; at = i0 + 1; }
-                if (!isnan(best) && (r1[2 * ow] > best || isnan(r1[2 * ow]))) { best = r1[2 * ow]; at = i0 + W; }
-                if (!isnan(best) && (r1[2 * ow + 1] > best || isnan(r1[2 * ow + 1]))) { best = r1[2 * ow + 1]; at = i0 + W + 1; }
+                if (beats(r0[2 * ow + 1], best)) { best = r0[2 * ow + 1]; at = i0 + 1; }
+                if (beats(r1[2 * ow], best)) { best = r1[2 * ow]; at = i0 + W; }
+                if (beats(r1[2 * ow + 1], best)) { best = r1[2 * ow + 1]; at = i0 + W + 1; }
                 o[oh * OW + ow] = best;
                 a[oh * OW + ow] = at;
             }

@@ -4,25 +4,23 @@
  * float kernel:
  *
  *   w = w * (float)(1 - lr*wd)
- *   m = m*beta1 + (float)(1-beta1) * g
- *   v = v*beta2 + (float)(1-beta2) * g * g
+ *   m = (m*beta1) + (float)(1-beta1) * g            (fused, see dt_muladd)
+ *   v = (v*beta2) + ((float)(1-beta2) * g) * g      (fused)
  *   denom = sqrt(v) / (float)sqrt(1 - beta2^t) + eps
- *   w = w + (float)(-lr / (1 - beta1^t)) * m / denom
+ *   w = w + ((float)(-lr / (1 - beta1^t)) * m) / denom
  *
  * The loop is branch-free over restrict pointers; with -fno-math-errno the
  * compiler vectorises the sqrt. */
 #include "optim_internal.h"
 
-#include <math.h>
-
 static void adamw_kernel(float *restrict w, const float *restrict g, float *restrict m,
                          float *restrict v, size_t n, float decay, float b1, float c1,
                          float b2, float c2, float bc2_sqrt, float eps, float neg_step) {
     for (size_t i = 0; i < n; i++) {
-        float wi = w[i] * decay;
-        float mi = m[i] * b1 + c1 * g[i];
-        float vi = v[i] * b2 + c2 * g[i] * g[i];
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        const float wi = w[i] * decay;
+        const float mi = dt_muladd(c1, g[i], m[i] * b1);
+        const float vi = dt_muladd(c2 * g[i], g[i], v[i] * b2);
+        const float denom = sqrtf(vi) / bc2_sqrt + eps;
         m[i] = mi;
         v[i] = vi;
         w[i] = wi + neg_step * mi / denom;

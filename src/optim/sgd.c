@@ -1,14 +1,14 @@
 /* SGD with momentum, Nesterov and L2 weight decay, operation for operation as
  * PyTorch 1.13's torch.optim.SGD (foreach=False, dampening 0):
  *
- *   d = g + wd*w                       (only when wd != 0)
+ *   d = g + wd*w                       (only when wd != 0; fused)
  *   first step:  buf = d               (the buffer starts as a copy, not 0)
- *   later:       buf = buf*momentum + d
- *   d = nesterov ? d + momentum*buf : buf   (when momentum != 0)
- *   w = w + (-lr)*d
+ *   later:       buf = (buf*momentum) + d
+ *   d = nesterov ? d + momentum*buf : buf   (when momentum != 0; fused)
+ *   w = w + (-lr)*d                    (fused)
  *
- * Each float expression rounds exactly where PyTorch's kernels round, so the
- * results agree to the last bit up to FMA contraction. The mode switches are
+ * Each float expression rounds exactly where PyTorch's kernels round (the
+ * alpha-adds fused, see dt_muladd), so the results agree to the last bit. The mode switches are
  * compile-time constants of an always-inlined kernel: every instantiated loop
  * is branch-free and vectorisable. */
 #include "optim_internal.h"
@@ -20,13 +20,14 @@ sgd_kernel(float *restrict w, const float *restrict g, float *restrict buf, size
            float neg_lr, float wd, float mom, const bool use_wd, const int mode,
            const bool nesterov) {
     for (size_t i = 0; i < n; i++) {
-        float d = use_wd ? g[i] + wd * w[i] : g[i];
+        float d = use_wd ? dt_muladd(wd, w[i], g[i]) : g[i];
         if (mode != SGD_PLAIN) {
-            float b = mode == SGD_FIRST ? d : buf[i] * mom + d;
+            const float decayed = buf[i] * mom; /* mul_ rounds before add_ */
+            const float b = mode == SGD_FIRST ? d : decayed + d;
             buf[i] = b;
-            d = nesterov ? d + mom * b : b;
+            d = nesterov ? dt_muladd(mom, b, d) : b;
         }
-        w[i] = w[i] + neg_lr * d;
+        w[i] = dt_muladd(neg_lr, d, w[i]);
     }
 }
 

@@ -36,7 +36,7 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
         c->steps = 300;
     } else {
         c->batch = 128;
-        c->lr = 0.05f;
+        c->lr = 0.1f;
         c->min_lr = 0.0f;
         c->warmup = 0;
         dt_optim_cfg_default(&c->optim, DT_OPTIM_SGD);

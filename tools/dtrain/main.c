@@ -105,7 +105,7 @@ static const char *train_help =
     "  --val-frac F         gpt: held-out tail of the corpus [0.1]\n"
     "optimizer\n"
     "  --optim sgd|adamw    [mlp/cnn sgd, gpt adamw]\n"
-    "  --lr LR              peak learning rate [sgd 0.05, adamw 1e-3]\n"
+    "  --lr LR              peak learning rate [sgd 0.1, adamw 1e-3]\n"
     "  --min-lr LR          end of the cosine decay [0; gpt 1e-4]\n"
     "  --warmup N           linear warm-up steps [0; gpt 20]\n"
     "  --schedule cosine|constant  after warm-up [cosine]\n"
@@ -151,7 +151,7 @@ static int prescan(int argc, char **argv, cli *c) {
         else return usage_error("--optim must be sgd or adamw, got '%s'", optim);
         if (ok != c->cfg.optim.kind) {
             dt_optim_cfg_default(&c->cfg.optim, ok);
-            if (ok == DT_OPTIM_SGD) { c->cfg.lr = 0.05f; c->cfg.optim.momentum = 0.9f; }
+            if (ok == DT_OPTIM_SGD) { c->cfg.lr = 0.1f; c->cfg.optim.momentum = 0.9f; }
             else c->cfg.lr = 1e-3f;
         }
     }
