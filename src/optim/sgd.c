@@ -8,9 +8,9 @@
  *   w = w + (-lr)*d                    (fused)
  *
  * Each float expression rounds exactly where PyTorch's kernels round (the
- * alpha-adds fused, see dt_muladd), so the results agree to the last bit. The mode switches are
- * compile-time constants of an always-inlined kernel: every instantiated loop
- * is branch-free and vectorisable. */
+ * alpha-adds fused, see dt_muladd), so the results agree to the last bit. The
+ * mode switches are compile-time constants of an always-inlined kernel: every
+ * instantiated loop is branch-free and vectorisable. */
 #include "optim_internal.h"
 
 enum { SGD_PLAIN, SGD_FIRST, SGD_MOMENTUM };
@@ -22,8 +22,8 @@ sgd_kernel(float *restrict w, const float *restrict g, float *restrict buf, size
     for (size_t i = 0; i < n; i++) {
         float d = use_wd ? dt_muladd(wd, w[i], g[i]) : g[i];
         if (mode != SGD_PLAIN) {
-            const float decayed = buf[i] * mom; /* mul_ rounds before add_ */
-            const float b = mode == SGD_FIRST ? d : decayed + d;
+            /* mul_ rounds before add_: not fused (C11 mode does not contract) */
+            const float b = mode == SGD_FIRST ? d : buf[i] * mom + d;
             buf[i] = b;
             d = nesterov ? dt_muladd(mom, b, d) : b;
         }
