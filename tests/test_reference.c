@@ -19,13 +19,14 @@
  *     and the longest reduction is 3*5*5 = 75 terms (conv2d), whose float32
  *     rounding error is at most ~75 * 6e-8 * O(1) ~ 5e-6 in the worst case and
  *     ~1e-6 typically. GELU's vectorised tanh has ~1e-7 absolute error.
- *   models: atol 1e-5, rtol 1e-3 on the loss and on gradients of size
- *     1e-4 .. 1 (the fixtures' scale). The chains are deep (GPT: 2 blocks of
- *     LayerNorm, attention, GELU MLP; CNN: reductions of 800 and 3136 terms,
- *     then sums over the batch in the weight gradients), and float32 errors
- *     compound relative to the largest terms, not to each (possibly tiny)
- *     result, hence the looser relative bound. A wrong formula is off by
- *     O(1) relative: these bounds are two to three orders of magnitude tighter. */
+ *   models: atol 2e-6, rtol 2e-4 on the loss and on gradients whose
+ *     largest entries are 0.02 .. 1 (median 1e-3 .. 0.2). The chains are deep
+ *     (GPT: 2 blocks of LayerNorm, attention, GELU MLP; CNN: reductions of 800
+ *     and 3136 terms, then sums over the batch), and float32 errors compound
+ *     relative to the largest terms rather than to each (possibly tiny)
+ *     result. Observed: at most 3e-7 on any gradient (1.4e-6 on fc1 row sums
+ *     of size ~10), so the bounds leave a 5-10x margin for other BLAS kernels
+ *     and -march settings, while a wrong formula is off by O(1) relative. */
 #include "dtrain/model.h"
 #include "dtrain/nn.h"
 #include "dtrain/safetensors.h"
@@ -38,8 +39,8 @@
 
 #define LAYER_ATOL 1e-5
 #define LAYER_RTOL 1e-4
-#define MODEL_ATOL 1e-5
-#define MODEL_RTOL 1e-3
+#define MODEL_ATOL 2e-6
+#define MODEL_RTOL 2e-4
 #define GARBAGE 12345.0f
 
 /* ---- fixture access -------------------------------------------------------

@@ -18,7 +18,7 @@ foreach(script ${DT_TEST_SCRIPTS})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "OPENBLAS_NUM_THREADS=1" TIMEOUT 600)
 endforeach()
 # Slow tests carry the label so the sanitizer pass can exclude them (-LE slow).
-foreach(slow test_train_slow)
+foreach(slow test_train_slow test_cli)
   if(TEST ${slow})
     set_tests_properties(${slow} PROPERTIES LABELS slow)
   endif()
