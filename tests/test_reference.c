@@ -424,7 +424,8 @@ static int load_weights(fx *x, dt_model *m, const char *tag) {
         int same = t->ndim == p->ndim;
         for (int k = 0; same && k < p->ndim; k++) same = t->shape[k] == p->shape[k];
         if (!same) {
-            fprintf(stderr, "%s: %s has a different shape in PyTorch\n", tag, p->name);
+            fprintf(stderr, "%s: %s: ndim %d, first dim %lld here; PyTorch has ndim %d, first dim %lld\n",
+                    tag, p->name, p->ndim, (long long)p->shape[0], t->ndim, (long long)t->shape[0]);
             ok = 0;
             continue;
         }

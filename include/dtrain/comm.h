@@ -1,0 +1,105 @@
+/* dtrain communication layer: a communicator over MPI (world, sub-groups) or a
+ * single-rank "self" one, non-blocking point-to-point with tags and a deadline
+ * on every wait, and our own collective algorithms written on that
+ * point-to-point layer (one file each under src/comm/, cost model in the
+ * opening comment). MPI's own collectives stay available as DT_ALGO_NATIVE.
+ *
+ * Threading: a communicator may be used by one thread at a time (the data-
+ * parallel communication thread during backward, the main thread otherwise).
+ *
+ * Partition convention (reduce-scatter, all-gather, ZeRO shards): a vector of
+ * `count` elements is split into `size` contiguous chunks; chunk r starts at
+ * dt_chunk_off(count, size, r) and holds dt_chunk_len(count, size, r) elements
+ * (the first count % size chunks hold one more). Rank r owns chunk r. */
+#ifndef DTRAIN_COMM_H
+#define DTRAIN_COMM_H
+
+#include "dtrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_comm dt_comm;
+
+typedef enum { DT_OP_SUM, DT_OP_AVG } dt_reduce_op;
+
+typedef enum {
+    DT_ALGO_AUTO,     /* chosen by size and rank count (thresholds measured, see auto.c) */
+    DT_ALGO_RING,     /* segmented ring: reduce-scatter + all-gather */
+    DT_ALGO_RHD,      /* recursive halving-doubling (Rabenseifner), any rank count */
+    DT_ALGO_RD,       /* recursive doubling: small messages */
+    DT_ALGO_NATIVE,   /* MPI's own collective */
+    DT_ALGO_COUNT
+} dt_algo;
+
+const char *dt_algo_name(dt_algo a);                   /* "ring" */
+dt_status dt_algo_parse(const char *s, dt_algo *out);  /* ring|rhd|rd|native|auto */
+
+size_t dt_chunk_off(size_t count, int size, int r);
+size_t dt_chunk_len(size_t count, int size, int r);
+
+/* ---- lifetime ---------------------------------------------------------------
+ * dt_comm_world: when the process was started by mpirun/srun (detected from the
+ * environment: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, SLURM with PMI), calls
+ * MPI_Init_thread and returns MPI_COMM_WORLD; otherwise returns a self
+ * communicator and never touches MPI, so one-process runs need no launcher. */
+dt_status dt_comm_world(dt_comm **out);
+dt_status dt_comm_self(dt_comm **out);
+/* MPI_Comm_split semantics: ranks with the same color form a group, ordered by key. */
+dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **out);
+void dt_comm_destroy(dt_comm *c);      /* NULL ok; the world comm last */
+void dt_comm_finalize(void);           /* MPI_Finalize if MPI was initialised */
+/* Ends every rank of the job after a fatal error (MPI_Abort; exit otherwise). */
+_Noreturn void dt_comm_abort(dt_comm *c, int code);
+
+int dt_comm_rank(const dt_comm *c);
+int dt_comm_size(const dt_comm *c);
+int dt_comm_world_rank(const dt_comm *c, int r); /* rank r of c as a world rank */
+bool dt_comm_is_mpi(const dt_comm *c);
+
+/* Deadline of every wait, seconds (default 60; <= 0: wait forever). */
+void dt_comm_set_timeout(dt_comm *c, double seconds);
+/* Training step, reported in timeout messages. */
+void dt_comm_set_step(dt_comm *c, int64_t step);
+/* Largest segment (bytes) a pipelined algorithm moves at once (default 1 MiB);
+ * tests set it small to reach the multi-segment paths. */
+void dt_comm_set_max_segment(dt_comm *c, size_t bytes);
+/* Bytes this rank has sent through this communicator since creation. */
+uint64_t dt_comm_bytes_sent(const dt_comm *c);
+
+/* ---- point-to-point ------------------------------------------------------------ */
+typedef struct dt_req {
+    void *impl;       /* MPI_Request storage (opaque) */
+    int peer;         /* rank in the communicator */
+    bool is_send, done;
+} dt_req;
+
+dt_status dt_isend(dt_comm *c, const void *buf, size_t bytes, int peer, int tag, dt_req *r);
+dt_status dt_irecv(dt_comm *c, void *buf, size_t bytes, int peer, int tag, dt_req *r);
+/* Waits for all n requests until the communicator's deadline, polling with
+ * back-off (it does not spin a core). On timeout returns DT_ERR_TIMEOUT with one
+ * line naming `what` (the operation), the step and the peer ranks (world
+ * numbering) whose messages had not completed, and cancels what it can. */
+dt_status dt_waitall(dt_comm *c, dt_req *reqs, int n, const char *what);
+dt_status dt_sendrecv(dt_comm *c, const void *sbuf, size_t sbytes, int dst, void *rbuf,
+                      size_t rbytes, int src, int tag, const char *what);
+
+/* ---- collectives on float vectors ---------------------------------------------
+ * All ranks call with the same count, op and algo. count 0 is a no-op. */
+dt_status dt_allreduce(dt_comm *c, float *buf, size_t count, dt_reduce_op op, dt_algo algo);
+/* In place: afterwards chunk r of buf (see the partition convention) holds the
+ * reduction over ranks of chunk r; the rest of buf is unspecified. */
+dt_status dt_reduce_scatter(dt_comm *c, float *buf, size_t count, dt_reduce_op op, dt_algo algo);
+/* In place: chunk r of buf on rank r is copied to chunk r of buf on every rank. */
+dt_status dt_allgather(dt_comm *c, float *buf, size_t count, dt_algo algo);
+/* Binomial tree from root (bytes, any type). */
+dt_status dt_bcast(dt_comm *c, void *buf, size_t bytes, int root, dt_algo algo);
+dt_status dt_barrier(dt_comm *c);
+/* Small doubles (norms, counters, metrics): sum over ranks by recursive doubling. */
+dt_status dt_allreduce_f64(dt_comm *c, double *buf, size_t count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
