@@ -390,6 +390,13 @@ static float hash_weight(uint32_t i, uint32_t seed, int exp) {
     return ldexpf((float)k, -exp);
 }
 
+static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ndim && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, i ? "x%lld" : "%lld", (long long)shape[i]);
+}
+
 static int is_batch_name(const char *s) {
     return !strcmp(s, "x") || !strcmp(s, "tokens") || !strcmp(s, "targets") || !strcmp(s, "loss");
 }
@@ -424,8 +431,10 @@ static int load_weights(fx *x, dt_model *m, const char *tag) {
         int same = t->ndim == p->ndim;
         for (int k = 0; same && k < p->ndim; k++) same = t->shape[k] == p->shape[k];
         if (!same) {
-            fprintf(stderr, "%s: %s: ndim %d, first dim %lld here; PyTorch has ndim %d, first dim %lld\n",
-                    tag, p->name, p->ndim, (long long)p->shape[0], t->ndim, (long long)t->shape[0]);
+            char ours[64], theirs[64];
+            shape_str(ours, sizeof ours, p->ndim, p->shape);
+            shape_str(theirs, sizeof theirs, t->ndim, t->shape);
+            fprintf(stderr, "%s: %s is %s here but %s in PyTorch\n", tag, p->name, ours, theirs);
             ok = 0;
             continue;
         }

@@ -133,7 +133,7 @@ static void tb_backward(const dt_block *b, const float *P, float *G, const dt_ba
     dt_attention_backward(dqkv, ascratch, datty, s.qkv, s.att, B, T, C, NH);
     memset(dln, 0, nc * sizeof(float));
     dt_linear_backward(dln, G + o[2], G + o[3], dqkv, s.ln1, P + o[2], N, C, 3 * C);
-    if (din) dt_layernorm_backward(din, G + o[0], G + o[1], dln, in, P + o[0], s.mean1, s.rstd1, N, C);
+    dt_layernorm_backward(din, G + o[0], G + o[1], dln, in, P + o[0], s.mean1, s.rstd1, N, C);
 }
 
 static const dt_block_ops tb_ops = {"transformer_block", tb_saved_floats, tb_scratch_floats,

@@ -1,0 +1,95 @@
+/* dtrain synchronous data parallelism with optional ZeRO-1/2 sharding.
+ *
+ * Every rank holds the whole model. Gradients in the flat arena are grouped
+ * into buckets (contiguous arena ranges of whole blocks, built from the last
+ * block backwards, each at least bucket_bytes unless it is the last). During
+ * backward, as soon as every block of a bucket is done, the bucket is handed to
+ * a communication thread that all-reduces it (ZeRO-0) or reduce-scatters it
+ * (ZeRO-1/2) while backward continues. Averaging is exact for uneven batches:
+ * each rank's loss is scaled by 1/(terms in the GLOBAL batch) and the
+ * collectives SUM.
+ *
+ * ZeRO-1: optimizer state only for this rank's chunk of every bucket (chunk r of
+ *   bucket b per the dt_chunk_* partition); after the update, parameters are
+ *   all-gathered bucket by bucket.
+ * ZeRO-2: additionally the gradient is kept only as this rank's shard: the
+ *   gradient arena is an mmap'd region whose pages are released
+ *   (MADV_DONTNEED, which also zeroes them) as soon as a bucket's
+ *   reduce-scatter has added this rank's chunk into the shard.
+ *
+ * With one rank (the self communicator) the same code runs with no thread and
+ * no communication. */
+#ifndef DTRAIN_PARALLEL_H
+#define DTRAIN_PARALLEL_H
+
+#include "dtrain/comm.h"
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_dp_cfg {
+    dt_algo algo;            /* all-reduce / reduce-scatter / all-gather algorithm */
+    size_t bucket_bytes;     /* minimum bucket size (default 4 MiB) */
+    int zero;                /* 0, 1 or 2 */
+    bool overlap;            /* communication thread overlapping backward (default on) */
+} dt_dp_cfg;
+
+typedef struct dt_dp_mem {
+    size_t param_bytes;      /* 4P */
+    size_t grad_bytes;       /* 4P (ZeRO-0/1) or 4P/N shard (ZeRO-2) */
+    size_t grad_staging_peak;/* ZeRO-2: peak resident bytes of the transient gradient arena */
+    size_t optim_bytes;      /* optimizer state held by this rank */
+    size_t shard_floats;     /* floats this rank owns (P for ZeRO-0) */
+} dt_dp_mem;
+
+typedef struct dt_dp_stats {
+    double comm_s;           /* time the communication thread spent in collectives */
+    double exposed_s;        /* time the step waited for communication (not overlapped) */
+    double backward_s;       /* time in backward (for the overlap fraction) */
+    uint64_t bytes_sent;
+} dt_dp_stats;
+
+typedef struct dt_dp dt_dp;
+
+void dt_dp_cfg_default(dt_dp_cfg *c);
+/* m and comm are borrowed and must outlive the dp. The dp owns the optimizer
+ * (full or sharded). */
+dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg *cfg,
+                       const dt_optim_cfg *ocfg);
+void dt_dp_destroy(dt_dp *dp); /* NULL ok */
+
+/* Rank 0's parameters to every rank. */
+dt_status dt_dp_broadcast_params(dt_dp *dp);
+/* Before each micro-batch's backward: sync says whether this micro-batch's
+ * gradients are to be communicated (the last of an accumulation; ZeRO-2
+ * communicates every micro-batch). */
+void dt_dp_begin_backward(dt_dp *dp, bool sync);
+/* dt_block_done_fn for dt_model_backward (ctx = the dp). */
+void dt_dp_block_done(void *dp, int block);
+/* After backward: launches any bucket not yet launched and waits for all. */
+dt_status dt_dp_end_backward(dt_dp *dp);
+/* Clipping (max_norm > 0), optimizer update of this rank's shard, parameter
+ * all-gather (ZeRO-1/2), gradient zeroing. *gnorm gets the global gradient norm
+ * before clipping (computed only when clipping or when gnorm is not NULL). */
+dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm);
+
+void dt_dp_memory(const dt_dp *dp, dt_dp_mem *mem);
+/* Statistics since the last call (then reset). */
+void dt_dp_take_stats(dt_dp *dp, dt_dp_stats *s);
+dt_optim *dt_dp_optim(dt_dp *dp);
+int dt_dp_n_buckets(const dt_dp *dp);
+
+/* Optional timeline hook: called on the communication thread for each bucket
+ * collective (and on the calling thread for all-gathers) with monotonic
+ * start/end seconds. */
+typedef void (*dt_dp_trace_fn)(void *ctx, const char *name, int bucket, double t0, double t1,
+                               bool comm_thread);
+void dt_dp_set_trace(dt_dp *dp, dt_dp_trace_fn fn, void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
