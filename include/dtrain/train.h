@@ -4,12 +4,24 @@
 #ifndef DTRAIN_TRAIN_H
 #define DTRAIN_TRAIN_H
 
+#include "dtrain/comm.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
+#include "dtrain/parallel.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* --inject crash:rank=R:step=S | hang:rank=R:step=S | slow:rank=R:factor=F */
+typedef enum { DT_INJECT_CRASH, DT_INJECT_HANG, DT_INJECT_SLOW } dt_inject_kind;
+typedef struct dt_inject {
+    dt_inject_kind kind;
+    int rank;
+    int64_t step;            /* 1-based step at which crash/hang happens */
+    float factor;            /* slow: compute takes factor times as long */
+} dt_inject;
+dt_status dt_inject_parse(const char *spec, dt_inject *out);
 
 typedef struct dt_train_cfg {
     dt_model_cfg model;
@@ -31,6 +43,13 @@ typedef struct dt_train_cfg {
     int eval_max;            /* gpt: validation windows per evaluation (0: all) */
     bool progress;           /* live progress line (terminal) instead of log lines */
     bool quiet;
+    /* distributed */
+    dt_dp_cfg dp;            /* buckets, algorithm, ZeRO level, overlap */
+    int accum;               /* micro-batches per step (gradient accumulation) [1] */
+    double timeout;          /* seconds every communication wait may take [60] */
+    const char *trace;       /* Chrome trace file, or NULL */
+    int n_inject;
+    dt_inject inject[8];     /* fault injection (tests, demos) */
 } dt_train_cfg;
 
 typedef struct dt_train_result {
@@ -40,11 +59,16 @@ typedef struct dt_train_result {
     float eval_loss;         /* test loss (classifiers) or validation loss (gpt) */
     double items_per_s;      /* samples/s (classifiers) or tokens/s (gpt), whole run */
     double seconds;
+    dt_dp_mem mem;           /* per-rank bytes of parameters, gradients, optimizer state */
+    double comm_s, exposed_s, backward_s; /* whole run, this rank */
+    uint64_t bytes_sent;     /* whole run, this rank */
 } dt_train_result;
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);
 dt_status dt_train_cfg_check(const dt_train_cfg *c);
-dt_status dt_train_run(const dt_train_cfg *c, dt_train_result *res);
+/* Trains on the ranks of `comm` (a self communicator for one process). Every
+ * rank calls it; rank 0 alone prints progress and writes outputs. */
+dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *res);
 
 /* Evaluation of given weights (no training): accuracy + loss on the test set
  * (classifiers) or loss on the validation tail (gpt). */

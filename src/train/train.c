@@ -6,13 +6,17 @@
 #include "dtrain/train.h"
 
 #include "dtrain/data.h"
+#include "dtrain/trace.h"
 #include "dtrain/weights.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
@@ -24,6 +28,9 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->val_frac = 0.1;
     c->eval_max = 256;
     c->cosine = true;
+    c->accum = 1;
+    c->timeout = 60.0;
+    dt_dp_cfg_default(&c->dp);
     if (kind == DT_MODEL_GPT) {
         c->batch = 16;
         c->lr = 1e-3f;
@@ -65,6 +72,51 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (!(c->val_frac > 0.0 && c->val_frac < 1.0))
         return dt_errorf(DT_ERR_INVALID, "--val-frac %g must be in (0, 1)", c->val_frac);
     if (c->eval_max < 0) return dt_errorf(DT_ERR_INVALID, "--eval-max must be >= 0");
+    if (c->accum < 1 || c->accum > c->batch)
+        return dt_errorf(DT_ERR_INVALID, "--accum %d must be in [1, --batch]", c->accum);
+    if (c->dp.zero < 0 || c->dp.zero > 2) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1 or 2");
+    if (c->dp.bucket_bytes < 4) return dt_errorf(DT_ERR_INVALID, "--bucket-mb is too small");
+    return DT_OK;
+}
+
+dt_status dt_inject_parse(const char *spec, dt_inject *out) {
+    memset(out, 0, sizeof *out);
+    out->rank = -1;
+    out->step = -1;
+    const char *p = strchr(spec, ':');
+    size_t kl = p ? (size_t)(p - spec) : strlen(spec);
+    if (kl == 5 && strncmp(spec, "crash", 5) == 0) out->kind = DT_INJECT_CRASH;
+    else if (kl == 4 && strncmp(spec, "hang", 4) == 0) out->kind = DT_INJECT_HANG;
+    else if (kl == 4 && strncmp(spec, "slow", 4) == 0) out->kind = DT_INJECT_SLOW;
+    else
+        return dt_errorf(DT_ERR_INVALID, "--inject '%s': kind must be crash, hang or slow", spec);
+    while (p && *p == ':') {
+        p++;
+        const char *eq = strchr(p, '=');
+        if (!eq) return dt_errorf(DT_ERR_INVALID, "--inject '%s': expected key=value after ':'", spec);
+        char *end;
+        errno = 0;
+        if (strncmp(p, "rank=", 5) == 0) {
+            long v = strtol(eq + 1, &end, 10);
+            if (errno || end == eq + 1 || v < 0 || v > 1000000) return dt_errorf(DT_ERR_INVALID, "--inject '%s': bad rank", spec);
+            out->rank = (int)v;
+        } else if (strncmp(p, "step=", 5) == 0) {
+            long long v = strtoll(eq + 1, &end, 10);
+            if (errno || end == eq + 1 || v < 1) return dt_errorf(DT_ERR_INVALID, "--inject '%s': bad step (1-based)", spec);
+            out->step = v;
+        } else if (strncmp(p, "factor=", 7) == 0) {
+            double v = strtod(eq + 1, &end);
+            if (errno || end == eq + 1 || !(v >= 1.0 && v <= 1000.0)) return dt_errorf(DT_ERR_INVALID, "--inject '%s': factor must be in [1, 1000]", spec);
+            out->factor = (float)v;
+        } else {
+            return dt_errorf(DT_ERR_INVALID, "--inject '%s': unknown key (rank, step, factor)", spec);
+        }
+        p = end;
+        if (*p && *p != ':') return dt_errorf(DT_ERR_INVALID, "--inject '%s': junk after a value", spec);
+    }
+    if (out->rank < 0) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs rank=R", spec);
+    if (out->kind != DT_INJECT_SLOW && out->step < 1) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs step=S", spec);
+    if (out->kind == DT_INJECT_SLOW && out->factor < 1.0f) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs factor=F", spec);
     return DT_OK;
 }
 
@@ -133,37 +185,36 @@ static void batch_buf_free(batch_buf *b) {
     dt_free(b->targets);
 }
 
-/* ---- evaluation ------------------------------------------------------------ */
-static void evaluate(const dt_model *m, dt_acts *a, const run_data *d, batch_buf *bb, int B,
-                     int eval_max, float *acc, float *loss) {
-    double loss_sum = 0;
-    int64_t correct = 0, n = 0, terms = 0;
-    if (d->lm) {
-        int64_t nw = dt_corpus_val_windows(&d->corpus, d->T);
-        if (eval_max > 0 && nw > eval_max) nw = eval_max;
-        for (int64_t first = 0; first < nw; first += B) {
-            int b = (int)((nw - first) < B ? (nw - first) : B);
+/* ---- evaluation ------------------------------------------------------------
+ * Each rank evaluates its contiguous share of the test set (or validation
+ * windows); sums are combined across ranks. */
+static dt_status evaluate(const dt_model *m, dt_acts *a, const run_data *d, batch_buf *bb, int B,
+                          int eval_max, dt_comm *comm, float *acc, float *loss) {
+    int rank = dt_comm_rank(comm), size = dt_comm_size(comm);
+    double sums[3] = {0, 0, 0}; /* loss sum, correct, loss terms (or samples) */
+    int64_t total = d->lm ? dt_corpus_val_windows(&d->corpus, d->T) : d->test.n;
+    if (d->lm && eval_max > 0 && total > eval_max) total = eval_max;
+    int64_t lo = total * rank / size, hi = total * (rank + 1) / size;
+    for (int64_t first = lo; first < hi; first += B) {
+        int b = (int)((hi - first) < B ? (hi - first) : B);
+        dt_batch batch = {.B = b, .targets = bb->targets, .loss_scale = 1.0f};
+        if (d->lm) {
             dt_corpus_gather_val(&d->corpus, first, b, d->T, bb->tokens, bb->targets);
-            dt_batch batch = {.B = b, .tokens = bb->tokens, .targets = bb->targets, .loss_scale = 1.0f};
-            loss_sum += dt_model_forward(m, a, &batch, NULL);
-            terms += (int64_t)b * d->T;
+            batch.tokens = bb->tokens;
+        } else {
+            for (int i = 0; i < b; i++) bb->idx[i] = first + i;
+            dt_imageset_gather(&d->test, bb->idx, b, bb->x, bb->targets);
+            batch.x = bb->x;
         }
-        *acc = -1.0f;
-        *loss = terms ? (float)(loss_sum / (double)terms) : NAN;
-        return;
+        sums[0] += dt_model_forward(m, a, &batch, NULL);
+        if (!d->lm) sums[1] += dt_model_count_correct(m, a, &batch);
+        sums[2] += (double)b * (d->lm ? d->T : 1);
     }
-    const dt_imageset *s = &d->test;
-    for (int64_t first = 0; first < s->n; first += B) {
-        int b = (int)((s->n - first) < B ? (s->n - first) : B);
-        for (int i = 0; i < b; i++) bb->idx[i] = first + i;
-        dt_imageset_gather(s, bb->idx, b, bb->x, bb->targets);
-        dt_batch batch = {.B = b, .x = bb->x, .targets = bb->targets, .loss_scale = 1.0f};
-        loss_sum += dt_model_forward(m, a, &batch, NULL);
-        correct += dt_model_count_correct(m, a, &batch);
-        n += b;
-    }
-    *acc = n ? (float)correct / (float)n : NAN;
-    *loss = n ? (float)(loss_sum / (double)n) : NAN;
+    dt_status st = dt_allreduce_f64(comm, sums, 3);
+    if (st) return st;
+    *acc = d->lm ? -1.0f : (sums[2] > 0 ? (float)(sums[1] / sums[2]) : NAN);
+    *loss = sums[2] > 0 ? (float)(sums[0] / sums[2]) : NAN;
+    return DT_OK;
 }
 
 /* ---- output -------------------------------------------------------------------- */
@@ -183,23 +234,53 @@ static void fmt_eta(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-static dt_status load_init(dt_model *m, const char *path) {
-    dt_status st = dt_weights_load(m, path);
-    if (st) return st;
-    dt_log(DT_LOG_INFO, "initial weights from %s", path);
-    return DT_OK;
+/* ---- fault injection ------------------------------------------------------ */
+static void inject_at_step(const dt_train_cfg *c, int rank, int64_t step) {
+    for (int i = 0; i < c->n_inject; i++) {
+        const dt_inject *in = &c->inject[i];
+        if (in->rank != rank || in->step != step) continue;
+        if (in->kind == DT_INJECT_CRASH) {
+            dt_log(DT_LOG_WARN, "--inject crash: rank %d kills itself at step %lld", rank, (long long)step);
+            fflush(NULL);
+            raise(SIGKILL);
+        }
+        if (in->kind == DT_INJECT_HANG) {
+            dt_log(DT_LOG_WARN, "--inject hang: rank %d stops responding at step %lld", rank, (long long)step);
+            for (;;) pause();
+        }
+    }
 }
 
-dt_status dt_train_run(const dt_train_cfg *c, dt_train_result *res) {
+static void inject_slow(const dt_train_cfg *c, int rank, double compute_s) {
+    for (int i = 0; i < c->n_inject; i++) {
+        const dt_inject *in = &c->inject[i];
+        if (in->kind != DT_INJECT_SLOW || in->rank != rank) continue;
+        double extra = compute_s * (in->factor - 1.0);
+        struct timespec ts = {(time_t)extra, (long)((extra - (double)(time_t)extra) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void trace_hook(void *ctx, const char *name, int bucket, double t0, double t1, bool comm_thread) {
+    dt_trace *t = ctx;
+    dt_trace_event(t, name, comm_thread ? DT_TRACE_COMM : DT_TRACE_COMPUTE, t0, t1, -1, bucket);
+}
+
+dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *res) {
     memset(res, 0, sizeof *res);
     res->test_acc = -1.0f;
     dt_status st = dt_train_cfg_check(c);
     if (st) return st;
+    int rank = dt_comm_rank(comm), world = dt_comm_size(comm);
+    bool lead = rank == 0;
+    bool quiet = c->quiet || !lead;
+    dt_comm_set_timeout(comm, c->timeout);
 
     run_data d;
     dt_model *m = NULL;
     dt_acts *acts = NULL, *eacts = NULL;
-    dt_optim *opt = NULL;
+    dt_dp *dp = NULL;
+    dt_trace *trace = NULL;
     batch_buf bb = {0};
     dt_sampler sampler = {0};
     FILE *metrics = NULL;
@@ -212,18 +293,22 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_train_result *res) {
     }
     if ((st = dt_model_create(&m, &c->model))) goto done;
     dt_model_init(m, c->seed);
-    if (c->init && (st = load_init(m, c->init))) goto done;
+    if (c->init && (st = dt_weights_load(m, c->init))) goto done;
+    if ((st = dt_dp_create(&dp, m, comm, &c->dp, &c->optim))) goto done;
+    if ((st = dt_dp_broadcast_params(dp))) goto done;
 
     int B = c->batch;
+    int local_max = (B + world - 1) / world;           /* largest shard of a global batch */
+    int micro_max = (local_max + c->accum - 1) / c->accum;
+    if (micro_max < 1) micro_max = 1;
     int64_t steps_per_epoch = (d.n_train + B - 1) / B;
     int64_t total = c->steps > 0 ? c->steps : c->epochs * steps_per_epoch;
-    int eB = B < 256 ? (d.lm ? B : 256) : B;
-    if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, B))) goto done;
+    int eB = d.lm ? (micro_max > 16 ? micro_max : 16) : 256;
+    if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, micro_max))) goto done;
     if ((st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, eB))) goto done;
-    if ((st = batch_buf_init(&bb, m, eB > B ? eB : B, d.T))) goto done;
-    if ((st = dt_optim_create(&opt, &c->optim, m->n))) goto done;
-    if ((st = dt_sampler_init(&sampler, d.n_train, c->seed, true, false, 0, 1))) goto done;
-    if (c->out_dir) {
+    if ((st = batch_buf_init(&bb, m, eB > local_max ? eB : local_max, d.T))) goto done;
+    if ((st = dt_sampler_init(&sampler, d.n_train, c->seed, true, false, rank, world))) goto done;
+    if (lead && c->out_dir) {
         if ((st = make_dir(c->out_dir))) goto done;
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
         metrics = fopen(path, "w");
@@ -232,54 +317,99 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_train_result *res) {
             goto done;
         }
     }
+    if ((st = dt_barrier(comm))) goto done;
+    double t0 = dt_now();
+    if (c->trace) {
+        if ((st = dt_trace_create(&trace, rank, t0))) goto done;
+        dt_dp_set_trace(dp, trace_hook, trace);
+    }
 
     dt_lr_sched sched = {c->lr, c->min_lr, c->warmup, total, c->cosine};
     const char *unit = d.lm ? "tokens" : "samples";
     int64_t items_per_sample = d.lm ? d.T : 1;
-    if (!c->quiet)
-        dt_log(DT_LOG_INFO, "training %s (%zu parameters) on %lld %s, %lld steps of batch %d, %s lr %g",
+    if (!quiet) {
+        dt_dp_mem mem;
+        dt_dp_memory(dp, &mem);
+        dt_log(DT_LOG_INFO, "training %s (%zu parameters) on %lld %s, %lld steps of batch %d, %s lr %g%s",
                dt_model_kind_name(m->cfg.kind), m->n, (long long)d.n_train,
                d.lm ? "windows" : "images", (long long)total, B,
-               c->optim.kind == DT_OPTIM_SGD ? "sgd" : "adamw", (double)c->lr);
+               c->optim.kind == DT_OPTIM_SGD ? "sgd" : "adamw", (double)c->lr, "");
+        if (world > 1)
+            dt_log(DT_LOG_INFO, "data parallel on %d ranks: %d buckets, %s, ZeRO-%d, %zu optimizer bytes per rank",
+                   world, dt_dp_n_buckets(dp), dt_algo_name(c->dp.algo), c->dp.zero, mem.optim_bytes);
+    }
 
-    double t0 = dt_now(), t_win = t0, win_loss = 0;
+    double t_win = t0, win_loss = 0, win_compute = 0;
+    dt_dp_stats win_stats = {0};
     int64_t win_items = 0, win_steps = 0, all_items = 0;
     float acc = -1, eloss = NAN;
     for (int64_t step = 0; step < total; step++) {
+        dt_comm_set_step(comm, step + 1);
+        inject_at_step(c, rank, step + 1);
+        double tc0 = dt_now();
         int local_n, global_n;
         dt_sampler_next(&sampler, B, bb.idx, &local_n, &global_n);
-        dt_batch batch = {.B = local_n, .targets = bb.targets};
-        if (d.lm) {
-            int shift = (int)(dt_rng_below(&(dt_rng){c->seed, 0x5000 + (uint64_t)sampler.epoch, 0, {0}, 4}, (uint64_t)d.T));
-            dt_corpus_gather(&d.corpus, bb.idx, local_n, d.T, shift, bb.tokens, bb.targets);
-            batch.tokens = bb.tokens;
-        } else {
-            dt_imageset_gather(&d.train, bb.idx, local_n, bb.x, bb.targets);
-            batch.x = bb.x;
+        if (local_n > 0) {
+            if (d.lm) {
+                dt_rng shift_rng;
+                dt_rng_init(&shift_rng, c->seed, 0x5000 + (uint64_t)sampler.epoch);
+                int shift = (int)dt_rng_below(&shift_rng, (uint64_t)d.T);
+                dt_corpus_gather(&d.corpus, bb.idx, local_n, d.T, shift, bb.tokens, bb.targets);
+            } else {
+                dt_imageset_gather(&d.train, bb.idx, local_n, bb.x, bb.targets);
+            }
         }
-        batch.loss_scale = 1.0f / ((float)global_n * (float)m->loss_terms);
-
-        float loss = dt_model_forward(m, acts, &batch, NULL);
-        dt_model_backward(m, acts, &batch, NULL, NULL, NULL, NULL);
-
-        if (c->clip > 0) {
-            float f = dt_clip_factor(sqrt(dt_sumsq(m->g, m->n)), c->clip);
-            if (f < 1.0f) dt_scale(m->g, m->n, f);
+        float loss_scale = 1.0f / ((float)global_n * (float)m->loss_terms);
+        double local_loss = 0, bwd_s = 0;
+        for (int mi = 0; mi < c->accum; mi++) {
+            int lo = (int)((int64_t)local_n * mi / c->accum), hi = (int)((int64_t)local_n * (mi + 1) / c->accum);
+            dt_batch batch = {.B = hi - lo, .loss_scale = loss_scale};
+            size_t per = d.lm ? (size_t)d.T : 1;
+            batch.targets = bb.targets + (size_t)lo * per;
+            if (d.lm) batch.tokens = bb.tokens + (size_t)lo * per;
+            else batch.x = bb.x + (size_t)lo * (size_t)m->cfg.in_dim;
+            dt_dp_begin_backward(dp, mi == c->accum - 1);
+            if (batch.B > 0) {
+                double tf = dt_now();
+                local_loss += dt_model_forward(m, acts, &batch, NULL);
+                double tb = dt_now();
+                dt_model_backward(m, acts, &batch, NULL, NULL, dt_dp_block_done, dp);
+                double te = dt_now();
+                bwd_s += te - tb;
+                if (trace) {
+                    dt_trace_event(trace, "forward", DT_TRACE_COMPUTE, tf, tb, step + 1, mi);
+                    dt_trace_event(trace, "backward", DT_TRACE_COMPUTE, tb, te, step + 1, mi);
+                }
+            }
+            if ((st = dt_dp_end_backward(dp))) goto done;
         }
+        double tc1 = dt_now();
         float lr = dt_lr_at(&sched, step);
-        dt_optim_begin_step(opt);
-        for (int i = 0; i < m->n_params; i++) {
-            const dt_param *p = &m->params[i];
-            dt_optim_update(opt, m->w + p->offset, m->g + p->offset, p->offset, p->numel, lr,
-                            p->decay ? c->optim.weight_decay : 0.0f);
-            /* Zero the gradient while it is still in cache: the next backward adds. */
-            memset(m->g + p->offset, 0, p->numel * sizeof(float));
-        }
+        if ((st = dt_dp_step(dp, lr, c->clip, NULL))) goto done;
+        double tc2 = dt_now();
+        if (trace) dt_trace_event(trace, "optimizer", DT_TRACE_COMPUTE, tc1, tc2, step + 1, -1);
+        double loss_d = local_loss;
+        if (world > 1 && (st = dt_allreduce_f64(comm, &loss_d, 1))) goto done;
+        float loss = (float)loss_d;
         if (!isfinite(loss)) {
             st = dt_errorf(DT_ERR_INVALID, "the loss became %f at step %lld: lower --lr or set --clip",
                            (double)loss, (long long)step + 1);
             goto done;
         }
+        dt_dp_stats ss;
+        dt_dp_take_stats(dp, &ss);
+        ss.backward_s = bwd_s;
+        double compute = (tc2 - tc0) - ss.exposed_s;
+        inject_slow(c, rank, compute);
+        win_stats.comm_s += ss.comm_s;
+        win_stats.exposed_s += ss.exposed_s;
+        win_stats.backward_s += ss.backward_s;
+        win_stats.bytes_sent += ss.bytes_sent;
+        res->comm_s += ss.comm_s;
+        res->exposed_s += ss.exposed_s;
+        res->backward_s += ss.backward_s;
+        res->bytes_sent += ss.bytes_sent;
+        win_compute += compute;
 
         win_loss += loss;
         win_steps++;
@@ -293,10 +423,13 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_train_result *res) {
             res->final_loss = (float)(win_loss / (double)win_steps);
             if (metrics)
                 fprintf(metrics,
-                        "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"items_per_s\":%.1f,\"time_s\":%.3f}\n",
+                        "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"items_per_s\":%.1f,\"time_s\":%.3f,"
+                        "\"compute_s\":%.5f,\"comm_exposed_s\":%.5f,\"comm_s\":%.5f,\"bytes_sent\":%llu,\"ranks\":%d}\n",
                         (long long)step + 1, (long long)sampler.epoch, (double)res->final_loss,
-                        (double)lr, ips, now - t0);
-            if (!c->quiet) {
+                        (double)lr, ips, now - t0, win_compute / (double)win_steps,
+                        win_stats.exposed_s / (double)win_steps, win_stats.comm_s / (double)win_steps,
+                        (unsigned long long)(win_stats.bytes_sent / (uint64_t)win_steps), world);
+            if (!quiet) {
                 char eta_s[32];
                 fmt_eta(eta_s, sizeof eta_s, eta);
                 if (c->progress)
@@ -311,11 +444,14 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_train_result *res) {
             win_loss = 0;
             win_steps = 0;
             win_items = 0;
+            win_compute = 0;
+            memset(&win_stats, 0, sizeof win_stats);
             t_win = now;
         }
         if ((c->eval_every > 0 && (step + 1) % c->eval_every == 0) || last) {
             double te = dt_now();
-            evaluate(m, eacts, &d, &bb, eB, c->eval_max, &acc, &eloss);
+            if ((st = evaluate(m, eacts, &d, &bb, eB, c->eval_max, comm, &acc, &eloss))) goto done;
+            if (trace) dt_trace_event(trace, "eval", DT_TRACE_COMPUTE, te, dt_now(), step + 1, -1);
             t0 += dt_now() - te; /* evaluation time is not training throughput */
             t_win += dt_now() - te;
             if (metrics) {
@@ -326,7 +462,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_train_result *res) {
                             (long long)step + 1, (double)acc, (double)eloss);
                 fflush(metrics);
             }
-            if (!c->quiet) {
+            if (!quiet) {
                 if (c->progress) fprintf(stderr, "\n");
                 if (d.lm) dt_log(DT_LOG_INFO, "step %lld: validation loss %.4f", (long long)step + 1, (double)eloss);
                 else
@@ -340,21 +476,27 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_train_result *res) {
     res->test_acc = acc;
     res->eval_loss = eloss;
     res->items_per_s = (double)all_items / (res->seconds > 1e-9 ? res->seconds : 1e-9);
+    dt_dp_memory(dp, &res->mem);
 
-    if (c->out_dir) {
+    if (lead && c->out_dir) {
         snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
         char steps_s[32];
         snprintf(steps_s, sizeof steps_s, "%lld", (long long)total);
         const char *kv[] = {"steps", steps_s};
         if ((st = dt_weights_save(m, path, 1, kv))) goto done;
-        if (!c->quiet) dt_log(DT_LOG_INFO, "wrote %s and %s/metrics.jsonl", path, c->out_dir);
+        if (!quiet) dt_log(DT_LOG_INFO, "wrote %s and %s/metrics.jsonl", path, c->out_dir);
+    }
+    if (trace) {
+        if ((st = dt_trace_write(trace, comm, c->trace))) goto done;
+        if (!quiet) dt_log(DT_LOG_INFO, "wrote the timeline %s (open it in https://ui.perfetto.dev)", c->trace);
     }
 done:
     if (metrics && fclose(metrics) != 0 && !st)
         st = dt_errorf(DT_ERR_IO, "cannot finish writing metrics in %s: %s", c->out_dir, strerror(errno));
+    dt_trace_destroy(trace);
     dt_sampler_free(&sampler);
     batch_buf_free(&bb);
-    dt_optim_destroy(opt);
+    dt_dp_destroy(dp);
     dt_acts_destroy(acts);
     dt_acts_destroy(eacts);
     dt_model_destroy(m);
@@ -376,9 +518,12 @@ dt_status dt_eval_run(const dt_train_cfg *c, const char *weights, dt_train_resul
     int B = d.lm ? 16 : 256;
     if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, B))) goto done;
     if ((st = batch_buf_init(&bb, m, B, d.T))) goto done;
+    dt_comm *self = NULL;
+    if ((st = dt_comm_self(&self))) goto done;
     double t0 = dt_now();
-    evaluate(m, acts, &d, &bb, B, c->eval_max, &res->test_acc, &res->eval_loss);
+    st = evaluate(m, acts, &d, &bb, B, c->eval_max, self, &res->test_acc, &res->eval_loss);
     res->seconds = dt_now() - t0;
+    dt_comm_destroy(self);
 done:
     batch_buf_free(&bb);
     dt_acts_destroy(acts);

@@ -3,10 +3,19 @@
  *   dtrain train --model mlp|cnn|gpt [flags]     train, write weights + metrics
  *   dtrain eval  --weights FILE [--model M]      test accuracy / validation loss
  *
+ *   dtrain bench allreduce [-n N] ...            collective bandwidth table
+ *
+ * `-n N` starts N ranks through mpirun (see launch.c).
  * Exit codes: 0 success, 1 the run failed (bad data, bad weights, I/O),
- * 2 usage error (unknown flag, bad value). */
+ * 2 usage error (unknown flag, bad value), 3 a communication deadline expired
+ * (a rank stalled or died; the message names it). */
+#include "dtrain/comm.h"
+#include "dtrain/safetensors.h"
 #include "dtrain/train.h"
 #include "dtrain/weights.h"
+
+#include "cli.h"
+#include "launch.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -20,6 +29,7 @@
 
 #define EXIT_RUN 1
 #define EXIT_USAGE 2
+#define EXIT_TIMEOUT 3
 
 static const char *g_cmd = "dtrain";
 
@@ -88,6 +98,7 @@ typedef struct cli {
     dt_train_cfg cfg;
     const char *weights;
     int threads;
+    int nproc;
     bool model_given;
     bool progress_off;
 } cli;
@@ -124,8 +135,20 @@ static const char *train_help =
     "  --eval-every K       evaluate every K steps (always at the end) [0]\n"
     "  --eval-max N         gpt: validation windows per evaluation, 0 = all [256]\n"
     "  --log-every K        steps per metrics line [10]\n"
-    "  --threads N          BLAS threads [OpenBLAS default; OPENBLAS_NUM_THREADS]\n"
-    "  --quiet              no progress output\n";
+    "  --threads N          BLAS threads [OpenBLAS default; 1 per rank with -n]\n"
+    "  --quiet              no progress output\n"
+    "  --trace FILE         Chrome trace timeline of every rank (open in ui.perfetto.dev)\n"
+    "parallel\n"
+    "  -n N                 start N data-parallel ranks through mpirun (one machine, or --hostfile)\n"
+    "  --hostfile FILE      passed to mpirun for multi-host runs\n"
+    "  --zero 0|1|2         ZeRO: 1 shards optimizer state, 2 also gradients [0]\n"
+    "  --allreduce ring|rhd|rd|native|auto   collective algorithm [auto]\n"
+    "  --bucket-mb MB       gradient bucket size [4]\n"
+    "  --no-overlap         communicate after backward instead of during it\n"
+    "  --accum K            micro-batches per step, no sync in between [1]\n"
+    "  --timeout SEC        deadline of every communication wait [60]\n"
+    "  --inject SPEC        fault injection: crash:rank=R:step=S, hang:rank=R:step=S,\n"
+    "                       slow:rank=R:factor=F\n";
 
 static const char *eval_help =
     "usage: dtrain eval --weights FILE [--model mlp|cnn|gpt] [--data PATH] [--eval-max N]\n"
@@ -209,6 +232,19 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
         } else if (strcmp(f, "--eval-every") == 0) { NEEDV(); rc = parse_i64(f, v, 0, INT64_MAX / 2, &t->eval_every);
         } else if (strcmp(f, "--log-every") == 0) { NEEDV(); rc = parse_i64(f, v, 1, INT64_MAX / 2, &t->log_every);
         } else if (strcmp(f, "--quiet") == 0) { t->quiet = true;
+        } else if (strcmp(f, "-n") == 0 || strcmp(f, "--nproc") == 0) { NEEDV(); rc = parse_int(f, v, 1, 100000, &c->nproc);
+        } else if (strcmp(f, "--hostfile") == 0) { NEEDV();
+        } else if (strcmp(f, "--zero") == 0) { NEEDV(); rc = parse_int(f, v, 0, 2, &t->dp.zero);
+        } else if (strcmp(f, "--allreduce") == 0) { NEEDV();
+            if (dt_algo_parse(v, &t->dp.algo)) rc = usage_error("--allreduce must be ring, rhd, rd, native or auto, got '%s'", v);
+        } else if (strcmp(f, "--bucket-mb") == 0) { NEEDV(); float mb; rc = parse_float(f, v, 1e-5, 4096, &mb); t->dp.bucket_bytes = (size_t)((double)mb * 1048576.0);
+        } else if (strcmp(f, "--no-overlap") == 0) { t->dp.overlap = false;
+        } else if (strcmp(f, "--accum") == 0) { NEEDV(); rc = parse_int(f, v, 1, 1 << 20, &t->accum);
+        } else if (strcmp(f, "--timeout") == 0) { NEEDV(); float x; rc = parse_float(f, v, 0.01, 1e6, &x); t->timeout = x;
+        } else if (strcmp(f, "--trace") == 0) { NEEDV(); t->trace = v;
+        } else if (strcmp(f, "--inject") == 0) { NEEDV();
+            if (t->n_inject == 8) rc = usage_error("at most 8 --inject flags");
+            else if (dt_inject_parse(v, &t->inject[t->n_inject++])) rc = usage_error("%s", dt_error_msg());
         } else if (strcmp(f, "--no-progress") == 0) { c->progress_off = true;
         } else {
             return usage_error("unknown flag '%s'", f);
@@ -223,7 +259,7 @@ static int run_error(void) {
     return EXIT_RUN;
 }
 
-static int cmd_train(int argc, char **argv) {
+static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     cli c = {0};
     g_cmd = "dtrain train";
     int rc = prescan(argc, argv, &c);
@@ -231,18 +267,62 @@ static int cmd_train(int argc, char **argv) {
     if (rc) return rc;
     if (c.cfg.min_lr > c.cfg.lr) c.cfg.min_lr = c.cfg.lr;
     if (dt_train_cfg_check(&c.cfg)) return usage_error("%s", dt_error_msg());
+    /* Flags are valid: start the ranks (returns only in a rank or a 1-process run). */
+    rc = dt_launch(full_argc, full_argv, 2);
+    if (rc >= 0) return rc;
     if (c.threads) openblas_set_num_threads(c.threads);
+
+    dt_comm *world = NULL;
+    if (dt_comm_world(&world)) return run_error();
+    int rank = dt_comm_rank(world), size = dt_comm_size(world);
+    if (c.nproc && size != c.nproc) {
+        if (rank == 0)
+            fprintf(stderr, "%s: -n %d but the job has %d ranks; drop -n under an existing mpirun/srun\n",
+                    g_cmd, c.nproc, size);
+        dt_comm_destroy(world);
+        dt_comm_finalize();
+        return EXIT_USAGE;
+    }
+    if (size > 1) dt_log_set_rank(rank);
     c.cfg.progress = !c.progress_off && isatty(STDERR_FILENO);
     dt_train_result r;
-    if (dt_train_run(&c.cfg, &r)) return run_error();
-    if (c.cfg.model.kind == DT_MODEL_GPT)
-        printf("trained %s: %lld steps, final train loss %.4f, validation loss %.4f, %.0f tokens/s\n",
-               dt_model_kind_name(c.cfg.model.kind), (long long)r.steps, (double)r.final_loss,
-               (double)r.eval_loss, r.items_per_s);
-    else
-        printf("trained %s: %lld steps, final train loss %.4f, test accuracy %.2f%%, %.0f samples/s\n",
-               dt_model_kind_name(c.cfg.model.kind), (long long)r.steps, (double)r.final_loss,
-               100.0 * r.test_acc, r.items_per_s);
+    dt_status st = dt_train_run(&c.cfg, world, &r);
+    if (st) {
+        bool comm_fault = st == DT_ERR_TIMEOUT || st == DT_ERR_COMM;
+        int code = st == DT_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_RUN;
+        /* Faults of one rank are reported by the rank that saw them; errors every
+         * rank hits alike (data, flags) once, by rank 0. */
+        if (rank == 0 || comm_fault) {
+            if (size > 1) fprintf(stderr, "%s: rank %d: %s\n", g_cmd, rank, dt_error_msg());
+            else fprintf(stderr, "%s: %s\n", g_cmd, dt_error_msg());
+        }
+        fflush(stderr);
+        if (comm_fault && size > 1) dt_comm_abort(world, code);
+        dt_comm_destroy(world);
+        dt_comm_finalize();
+        return code;
+    }
+    if (rank == 0) {
+        if (c.cfg.model.kind == DT_MODEL_GPT)
+            printf("trained %s: %lld steps, final train loss %.4f, validation loss %.4f, %.0f tokens/s",
+                   dt_model_kind_name(c.cfg.model.kind), (long long)r.steps, (double)r.final_loss,
+                   (double)r.eval_loss, r.items_per_s);
+        else
+            printf("trained %s: %lld steps, final train loss %.4f, test accuracy %.2f%%, %.0f samples/s",
+                   dt_model_kind_name(c.cfg.model.kind), (long long)r.steps, (double)r.final_loss,
+                   100.0 * r.test_acc, r.items_per_s);
+        if (size > 1) {
+            double ov = r.comm_s > 0 ? 1.0 - r.exposed_s / r.comm_s : 0;
+            if (ov < 0) ov = 0;
+            printf(" on %d ranks (ZeRO-%d; per rank: params %.1f MB, grads %.1f MB, optimizer %.1f MB; %.0f%% of communication overlapped)",
+                   size, c.cfg.dp.zero, r.mem.param_bytes / 1e6, r.mem.grad_bytes / 1e6,
+                   r.mem.optim_bytes / 1e6, 100.0 * ov);
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    dt_comm_destroy(world);
+    dt_comm_finalize();
     return 0;
 }
 
@@ -277,11 +357,82 @@ static int cmd_eval(int argc, char **argv) {
     return 0;
 }
 
+/* dtrain diff A B [--rtol R] [--atol A]: compares two weights files tensor by
+ * tensor (names, shapes, values); exit 0 when every value is within
+ * atol + rtol*|b|, 1 otherwise, printing the largest differences. */
+static int cmd_diff(int argc, char **argv) {
+    g_cmd = "dtrain diff";
+    const char *pa = NULL, *pb = NULL;
+    float rtol = 0, atol = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--rtol") == 0 && i + 1 < argc) {
+            if (parse_float("--rtol", argv[++i], 0, 1e9, &rtol)) return EXIT_USAGE;
+        } else if (strcmp(argv[i], "--atol") == 0 && i + 1 < argc) {
+            if (parse_float("--atol", argv[++i], 0, 1e9, &atol)) return EXIT_USAGE;
+        } else if (argv[i][0] == '-') {
+            return usage_error("unknown flag '%s'", argv[i]);
+        } else if (!pa) pa = argv[i];
+        else if (!pb) pb = argv[i];
+        else return usage_error("expects two files");
+    }
+    if (!pa || !pb) return usage_error("usage: dtrain diff A.safetensors B.safetensors [--rtol R] [--atol A]");
+    dt_st_file *a = NULL, *b = NULL;
+    float *x = NULL, *y = NULL;
+    int rc = EXIT_RUN;
+    if (dt_st_open(pa, &a) || dt_st_open(pb, &b)) {
+        fprintf(stderr, "%s: %s\n", g_cmd, dt_error_msg());
+        goto out;
+    }
+    if (dt_st_count(a) != dt_st_count(b)) {
+        fprintf(stderr, "%s: %s has %d tensors, %s has %d\n", g_cmd, pa, dt_st_count(a), pb, dt_st_count(b));
+        goto out;
+    }
+    double worst_abs = 0, worst_ratio = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < dt_st_count(a); i++) {
+        const dt_st_tensor *ta = dt_st_get(a, i), *tb = dt_st_find(b, ta->name);
+        if (!tb || tb->numel != ta->numel || tb->ndim != ta->ndim) {
+            fprintf(stderr, "%s: tensor '%s' is missing from %s or has another shape\n", g_cmd, ta->name, pb);
+            goto out;
+        }
+        dt_free(x);
+        dt_free(y);
+        x = dt_alloc_floats(ta->numel);
+        y = dt_alloc_floats(ta->numel);
+        if (!x || !y || dt_st_read_f32(a, ta, x, ta->numel) || dt_st_read_f32(b, tb, y, tb->numel)) {
+            fprintf(stderr, "%s: %s\n", g_cmd, x && y ? dt_error_msg() : "out of memory");
+            goto out;
+        }
+        for (size_t j = 0; j < ta->numel; j++) {
+            double d = fabs((double)x[j] - (double)y[j]);
+            double lim = atol + rtol * fabs((double)y[j]);
+            double ratio = d == 0 ? 0 : (lim > 0 ? d / lim : INFINITY);
+            if (isnan(x[j]) != isnan(y[j])) ratio = INFINITY;
+            if (d > worst_abs) worst_abs = d;
+            if (ratio > worst_ratio) {
+                worst_ratio = ratio;
+                worst_name = ta->name;
+            }
+        }
+    }
+    printf("max |diff| %.3g; worst tensor %s at %.3g of the tolerance (atol %g, rtol %g)\n", worst_abs,
+           worst_ratio > 0 ? worst_name : "-", worst_ratio, (double)atol, (double)rtol);
+    rc = worst_ratio <= 1.0 ? 0 : EXIT_RUN;
+out:
+    dt_free(x);
+    dt_free(y);
+    dt_st_close(a);
+    dt_st_close(b);
+    return rc;
+}
+
 static const char *main_help =
     "usage: dtrain <command> [flags]\n"
     "\n"
     "  train    train a model (mlp, cnn, gpt); 'dtrain train --help'\n"
-    "  eval     evaluate saved weights; 'dtrain eval --help'\n";
+    "  eval     evaluate saved weights; 'dtrain eval --help'\n"
+    "  bench allreduce   collective bandwidth table; 'dtrain bench allreduce --help'\n"
+    "  diff A B [--rtol R] [--atol A]   compare two weights files\n";
 
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
@@ -289,8 +440,14 @@ int main(int argc, char **argv) {
         fputs(main_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
     }
-    if (strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2);
+    if (strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2, argc, argv);
+    if (strcmp(argv[1], "bench") == 0 && argc > 2 && strcmp(argv[2], "allreduce") == 0) {
+        int rc = dt_launch(argc, argv, 3);
+        if (rc >= 0) return rc;
+        return dt_cli_bench_allreduce(argc - 3, argv + 3);
+    }
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 2, argv + 2);
-    fprintf(stderr, "dtrain: unknown command '%s' (commands: train, eval; see 'dtrain --help')\n", argv[1]);
+    if (strcmp(argv[1], "diff") == 0) return cmd_diff(argc - 2, argv + 2);
+    fprintf(stderr, "dtrain: unknown command '%s' (commands: train, eval, bench, diff; see 'dtrain --help')\n", argv[1]);
     return EXIT_USAGE;
 }

@@ -1,0 +1,441 @@
+/* Synchronous data parallelism: gradient buckets, a communication thread that
+ * overlaps their collectives with backward, and ZeRO-1/2 sharding of the
+ * optimizer state and gradients. See include/dtrain/parallel.h.
+ *
+ * Ordering contract: every rank launches buckets in the same order (0, 1, ...),
+ * which is the order backward finishes them; a rank with no samples still
+ * launches all of them in end_backward, so no rank waits on a collective the
+ * others never start. */
+#include "dtrain/parallel.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct bucket {
+    size_t lo, hi;            /* arena range [lo, hi) */
+    int first_block;          /* lowest block index in the bucket: done => bucket ready */
+    size_t own_off, own_len;  /* this rank's chunk (arena offset, floats) */
+    size_t state_off;         /* where the chunk sits in the shard (optimizer state) */
+} bucket;
+
+struct dt_dp {
+    dt_model *m;
+    dt_comm *comm;
+    dt_dp_cfg cfg;
+    int rank, size;
+    int nb;
+    bucket *b;
+    int *block_bucket;        /* block -> bucket */
+    dt_optim *opt;
+    size_t shard;             /* floats owned (P for ZeRO-0) */
+    float *gshard;            /* ZeRO-2 gradient shard (shard floats) */
+    bool g_mapped;            /* m->g is our mmap (ZeRO-2) */
+    size_t g_map_bytes;
+    size_t page_floats;
+
+    /* communication thread */
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int launched;             /* buckets handed over this backward */
+    int completed;            /* buckets finished this backward */
+    bool sync;                /* this backward communicates */
+    bool quit;
+    dt_status err;
+    char errmsg[1024];
+
+    dt_dp_stats stats;
+    uint64_t bytes_mark;
+    size_t staging_peak;
+    dt_dp_trace_fn trace;
+    void *trace_ctx;
+};
+
+void dt_dp_cfg_default(dt_dp_cfg *c) {
+    c->algo = DT_ALGO_AUTO;
+    c->bucket_bytes = 4u << 20;
+    c->zero = 0;
+    c->overlap = true;
+}
+
+/* ---- the collective of one bucket ------------------------------------------- */
+
+static void add_chunk(float *restrict dst, const float *restrict src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* Releases the pages of g[lo, hi) that lie wholly inside it (they read back as
+ * zeros) and zeroes the partial pages at its edges by hand. */
+static void release_range(dt_dp *dp, size_t lo, size_t hi) {
+    float *g = dp->m->g;
+    size_t pf = dp->page_floats;
+    size_t plo = (lo + pf - 1) / pf * pf, phi = hi / pf * pf;
+    if (plo >= phi) {
+        memset(g + lo, 0, (hi - lo) * sizeof(float));
+        return;
+    }
+    memset(g + lo, 0, (plo - lo) * sizeof(float));
+    memset(g + phi, 0, (hi - phi) * sizeof(float));
+    madvise(g + plo, (phi - plo) * sizeof(float), MADV_DONTNEED);
+}
+
+static size_t resident_bytes(const dt_dp *dp) {
+    size_t pages = (dp->g_map_bytes + (size_t)getpagesize() - 1) / (size_t)getpagesize();
+    unsigned char vec[4096];
+    size_t res = 0;
+    for (size_t p = 0; p < pages; p += sizeof vec) {
+        size_t n = pages - p < sizeof vec ? pages - p : sizeof vec;
+        if (mincore((char *)dp->m->g + p * (size_t)getpagesize(), n * (size_t)getpagesize(), vec) != 0) return 0;
+        for (size_t i = 0; i < n; i++) res += vec[i] & 1;
+    }
+    return res * (size_t)getpagesize();
+}
+
+static dt_status run_bucket(dt_dp *dp, int k) {
+    bucket *b = &dp->b[k];
+    float *g = dp->m->g + b->lo;
+    size_t n = b->hi - b->lo;
+    double t0 = dt_now();
+    dt_status st;
+    if (dp->cfg.zero == 0) {
+        st = dt_allreduce(dp->comm, g, n, DT_OP_SUM, dp->cfg.algo);
+    } else {
+        st = dt_reduce_scatter(dp->comm, g, n, DT_OP_SUM, dp->cfg.algo);
+        if (!st && dp->cfg.zero == 2) {
+            add_chunk(dp->gshard + b->state_off, dp->m->g + b->own_off, b->own_len);
+            release_range(dp, b->lo, b->hi);
+        }
+    }
+    double t1 = dt_now();
+    dp->stats.comm_s += t1 - t0;
+    if (dp->trace) dp->trace(dp->trace_ctx, dp->cfg.zero ? "reduce_scatter" : "allreduce", k, t0, t1, dp->cfg.overlap);
+    return st;
+}
+
+static void *comm_thread(void *arg) {
+    dt_dp *dp = arg;
+    pthread_mutex_lock(&dp->mu);
+    for (;;) {
+        while (!dp->quit && dp->completed >= dp->launched) pthread_cond_wait(&dp->cv, &dp->mu);
+        if (dp->quit) break;
+        int k = dp->completed;
+        bool failed = dp->err != DT_OK;
+        pthread_mutex_unlock(&dp->mu);
+        /* After a failure the remaining buckets are skipped, not communicated. */
+        dt_status st = failed ? DT_OK : run_bucket(dp, k);
+        pthread_mutex_lock(&dp->mu);
+        if (st && !dp->err) {
+            dp->err = st;
+            snprintf(dp->errmsg, sizeof dp->errmsg, "%s", dt_error_msg());
+        }
+        dp->completed++;
+        pthread_cond_broadcast(&dp->cv);
+    }
+    pthread_mutex_unlock(&dp->mu);
+    return NULL;
+}
+
+/* ---- construction ----------------------------------------------------------------- */
+
+static dt_status build_buckets(dt_dp *dp) {
+    dt_model *m = dp->m;
+    size_t min_floats = dp->cfg.bucket_bytes / sizeof(float);
+    if (min_floats == 0) min_floats = 1;
+    dp->b = dt_calloc((size_t)m->n_blocks, sizeof(bucket));
+    dp->block_bucket = dt_calloc((size_t)m->n_blocks, sizeof(int));
+    if (!dp->b || !dp->block_bucket) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    int k = -1;
+    size_t cur = 0;
+    for (int i = m->n_blocks - 1; i >= 0; i--) {
+        const dt_block *blk = &m->blocks[i];
+        if (k < 0 || cur >= min_floats) {
+            k++;
+            dp->b[k].hi = blk->param_hi;
+            dp->b[k].lo = blk->param_lo;
+            cur = 0;
+        }
+        /* Blocks own adjacent ranges in forward order, so walking backwards extends lo. */
+        dp->b[k].lo = blk->param_lo;
+        dp->b[k].first_block = i;
+        dp->block_bucket[i] = k;
+        cur += blk->param_hi - blk->param_lo;
+    }
+    dp->nb = k + 1;
+    /* Drop empty buckets (parameter-free blocks at the end, e.g. the loss). */
+    int w = 0;
+    for (int i = 0; i < dp->nb; i++) {
+        if (dp->b[i].hi > dp->b[i].lo || i == dp->nb - 1) {
+            dp->b[w] = dp->b[i];
+            for (int j = 0; j < m->n_blocks; j++)
+                if (dp->block_bucket[j] == i) dp->block_bucket[j] = w;
+            w++;
+        } else {
+            /* Its blocks join the next bucket (lower blocks), which is ready later. */
+            for (int j = 0; j < m->n_blocks; j++)
+                if (dp->block_bucket[j] == i) dp->block_bucket[j] = w;
+        }
+    }
+    dp->nb = w;
+    size_t soff = 0;
+    for (int i = 0; i < dp->nb; i++) {
+        bucket *b = &dp->b[i];
+        size_t n = b->hi - b->lo;
+        if (dp->cfg.zero) {
+            b->own_off = b->lo + dt_chunk_off(n, dp->size, dp->rank);
+            b->own_len = dt_chunk_len(n, dp->size, dp->rank);
+        } else {
+            b->own_off = b->lo;
+            b->own_len = n;
+        }
+        b->state_off = soff;
+        soff += b->own_len;
+    }
+    dp->shard = soff;
+    return DT_OK;
+}
+
+dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg *cfg,
+                       const dt_optim_cfg *ocfg) {
+    *out = NULL;
+    if (cfg->zero < 0 || cfg->zero > 2) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1 or 2, got %d", cfg->zero);
+    dt_dp *dp = dt_calloc(1, sizeof *dp);
+    if (!dp) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    dp->m = m;
+    dp->comm = comm;
+    dp->cfg = *cfg;
+    dp->rank = dt_comm_rank(comm);
+    dp->size = dt_comm_size(comm);
+    dp->page_floats = (size_t)getpagesize() / sizeof(float);
+    pthread_mutex_init(&dp->mu, NULL);
+    pthread_cond_init(&dp->cv, NULL);
+    dt_status st = build_buckets(dp);
+    if (st) goto fail;
+    if ((st = dt_optim_create(&dp->opt, ocfg, dp->shard))) goto fail;
+    if (cfg->zero == 2) {
+        dp->gshard = dt_alloc_floats(dp->shard);
+        size_t bytes = m->n * sizeof(float);
+        void *g = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (!dp->gshard || g == MAP_FAILED) {
+            st = dt_errorf(DT_ERR_NOMEM, "cannot allocate the ZeRO-2 gradient shard");
+            if (g != MAP_FAILED) munmap(g, bytes ? bytes : 1);
+            goto fail;
+        }
+        dt_free(m->g);
+        m->g = g;
+        dp->g_mapped = true;
+        dp->g_map_bytes = bytes ? bytes : 1;
+    }
+    if (dp->size > 1 && cfg->overlap) {
+        if (pthread_create(&dp->thread, NULL, comm_thread, dp) != 0) {
+            st = dt_errorf(DT_ERR_NOMEM, "cannot start the communication thread");
+            goto fail;
+        }
+        dp->thread_started = true;
+    }
+    *out = dp;
+    return DT_OK;
+fail:
+    dt_dp_destroy(dp);
+    return st;
+}
+
+void dt_dp_destroy(dt_dp *dp) {
+    if (!dp) return;
+    if (dp->thread_started) {
+        pthread_mutex_lock(&dp->mu);
+        dp->quit = true;
+        pthread_cond_broadcast(&dp->cv);
+        pthread_mutex_unlock(&dp->mu);
+        pthread_join(dp->thread, NULL);
+    }
+    if (dp->g_mapped) {
+        /* Hand the model back an ordinary gradient arena. */
+        float *g = dt_alloc_floats(dp->m->n);
+        if (g) memcpy(g, dp->m->g, dp->m->n * sizeof(float));
+        munmap(dp->m->g, dp->g_map_bytes);
+        dp->m->g = g;
+    }
+    pthread_mutex_destroy(&dp->mu);
+    pthread_cond_destroy(&dp->cv);
+    dt_optim_destroy(dp->opt);
+    dt_free(dp->gshard);
+    dt_free(dp->b);
+    dt_free(dp->block_bucket);
+    dt_free(dp);
+}
+
+dt_status dt_dp_broadcast_params(dt_dp *dp) {
+    if (dp->size == 1) return DT_OK;
+    return dt_bcast(dp->comm, dp->m->w, dp->m->n * sizeof(float), 0, dp->cfg.algo == DT_ALGO_NATIVE ? DT_ALGO_NATIVE : DT_ALGO_AUTO);
+}
+
+/* ---- backward ------------------------------------------------------------------------ */
+
+void dt_dp_begin_backward(dt_dp *dp, bool sync) {
+    dp->sync = sync || dp->cfg.zero == 2;
+    pthread_mutex_lock(&dp->mu);
+    dp->launched = 0;
+    dp->completed = 0;
+    pthread_mutex_unlock(&dp->mu);
+}
+
+static dt_status launch_upto(dt_dp *dp, int k) {
+    /* Hand buckets [launched, k] over, in order. */
+    if (!dp->sync) return DT_OK;
+    if (dp->size == 1) {
+        if (dp->cfg.zero == 2) {
+            /* One rank: the reduce-scatter is the identity; move into the shard. */
+            for (int i = dp->launched; i <= k; i++) {
+                bucket *b = &dp->b[i];
+                add_chunk(dp->gshard + b->state_off, dp->m->g + b->own_off, b->own_len);
+                release_range(dp, b->lo, b->hi);
+            }
+        }
+        if (k + 1 > dp->launched) dp->launched = k + 1;
+        return DT_OK;
+    }
+    if (!dp->thread_started) {
+        double t0 = dt_now();
+        dt_status st = DT_OK;
+        for (int i = dp->launched; i <= k && !st; i++) {
+            st = run_bucket(dp, i);
+            dp->launched = i + 1;
+        }
+        dp->stats.exposed_s += dt_now() - t0;
+        return st;
+    }
+    pthread_mutex_lock(&dp->mu);
+    if (k + 1 > dp->launched) {
+        dp->launched = k + 1;
+        pthread_cond_broadcast(&dp->cv);
+    }
+    pthread_mutex_unlock(&dp->mu);
+    return DT_OK;
+}
+
+void dt_dp_block_done(void *ctx, int block) {
+    dt_dp *dp = ctx;
+    int k = dp->block_bucket[block];
+    if (dp->b[k].first_block == block) {
+        if (dp->g_mapped && dp->sync && dp->size > 1) {
+            size_t r = resident_bytes(dp);
+            if (r > dp->staging_peak) dp->staging_peak = r;
+        }
+        launch_upto(dp, k);
+    }
+}
+
+dt_status dt_dp_end_backward(dt_dp *dp) {
+    double t0 = dt_now();
+    dt_status st = launch_upto(dp, dp->nb - 1);
+    if (st) return st;
+    if (!dp->thread_started || !dp->sync) return DT_OK;
+    pthread_mutex_lock(&dp->mu);
+    while (dp->completed < dp->nb && !dp->err) pthread_cond_wait(&dp->cv, &dp->mu);
+    /* After an error, wait for the thread to drain (it skips the rest). */
+    while (dp->err && dp->completed < dp->launched) pthread_cond_wait(&dp->cv, &dp->mu);
+    st = dp->err;
+    if (st) dt_errorf(st, "%s", dp->errmsg);
+    pthread_mutex_unlock(&dp->mu);
+    dp->stats.exposed_s += dt_now() - t0;
+    return st;
+}
+
+/* ---- optimizer step -------------------------------------------------------------------- */
+
+/* Applies the optimizer to arena range [lo, lo+len) whose gradient is at g (same
+ * indexing as the arena when g_is_arena, else shard-indexed from state_off), one
+ * parameter tensor at a time so each gets its weight decay. */
+static void update_range(dt_dp *dp, size_t lo, size_t len, size_t state_off, const float *gbase,
+                         bool g_is_arena, float lr) {
+    const dt_model *m = dp->m;
+    size_t hi = lo + len;
+    for (int i = 0; i < m->n_params; i++) {
+        const dt_param *p = &m->params[i];
+        size_t a = p->offset > lo ? p->offset : lo;
+        size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= e) continue;
+        size_t so = state_off + (a - lo);
+        const float *g = g_is_arena ? gbase + a : gbase + so;
+        dt_optim_update(dp->opt, m->w + a, g, so, e - a, lr,
+                        p->decay ? dp->opt->cfg.weight_decay : 0.0f);
+    }
+}
+
+dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
+    dt_model *m = dp->m;
+    dt_status st;
+    /* Global gradient norm over this rank's shard, summed across ranks. */
+    if (max_norm > 0 || gnorm) {
+        double ss = 0;
+        if (dp->cfg.zero == 2) ss = dt_sumsq(dp->gshard, dp->shard);
+        else if (dp->cfg.zero == 1)
+            for (int k = 0; k < dp->nb; k++) ss += dt_sumsq(m->g + dp->b[k].own_off, dp->b[k].own_len);
+        else ss = dt_sumsq(m->g, m->n);
+        if (dp->cfg.zero && dp->size > 1) {
+            double t0 = dt_now();
+            if ((st = dt_allreduce_f64(dp->comm, &ss, 1))) return st;
+            dp->stats.exposed_s += dt_now() - t0;
+        }
+        double norm = sqrt(ss);
+        if (gnorm) *gnorm = norm;
+        float f = dt_clip_factor(norm, max_norm);
+        if (max_norm > 0 && f < 1.0f) {
+            if (dp->cfg.zero == 2) dt_scale(dp->gshard, dp->shard, f);
+            else if (dp->cfg.zero == 1)
+                for (int k = 0; k < dp->nb; k++) dt_scale(m->g + dp->b[k].own_off, dp->b[k].own_len, f);
+            else dt_scale(m->g, m->n, f);
+        }
+    }
+    dt_optim_begin_step(dp->opt);
+    for (int k = 0; k < dp->nb; k++) {
+        const bucket *b = &dp->b[k];
+        if (dp->cfg.zero == 2) update_range(dp, b->own_off, b->own_len, b->state_off, dp->gshard, false, lr);
+        else update_range(dp, b->own_off, b->own_len, b->state_off, m->g, true, lr);
+    }
+    /* Zero what the next backward adds into. */
+    if (dp->cfg.zero == 2) memset(dp->gshard, 0, dp->shard * sizeof(float));
+    else memset(m->g, 0, m->n * sizeof(float));
+    if (dp->cfg.zero && dp->size > 1) {
+        for (int k = 0; k < dp->nb; k++) {
+            const bucket *b = &dp->b[k];
+            double t0 = dt_now();
+            if ((st = dt_allgather(dp->comm, m->w + b->lo, b->hi - b->lo, dp->cfg.algo))) return st;
+            double t1 = dt_now();
+            dp->stats.exposed_s += t1 - t0;
+            dp->stats.comm_s += t1 - t0;
+            if (dp->trace) dp->trace(dp->trace_ctx, "allgather", k, t0, t1, false);
+        }
+    }
+    return DT_OK;
+}
+
+void dt_dp_memory(const dt_dp *dp, dt_dp_mem *mem) {
+    size_t P = dp->m->n;
+    mem->param_bytes = P * sizeof(float);
+    mem->grad_bytes = dp->cfg.zero == 2 ? dp->shard * sizeof(float) : P * sizeof(float);
+    mem->grad_staging_peak = dp->staging_peak;
+    mem->optim_bytes = dt_optim_state_bytes(dp->opt);
+    mem->shard_floats = dp->shard;
+}
+
+void dt_dp_take_stats(dt_dp *dp, dt_dp_stats *s) {
+    uint64_t total = dt_comm_bytes_sent(dp->comm);
+    *s = dp->stats;
+    s->bytes_sent = total - dp->bytes_mark;
+    memset(&dp->stats, 0, sizeof dp->stats);
+    dp->bytes_mark = total;
+}
+
+dt_optim *dt_dp_optim(dt_dp *dp) { return dp->opt; }
+int dt_dp_n_buckets(const dt_dp *dp) { return dp->nb; }
+
+void dt_dp_set_trace(dt_dp *dp, dt_dp_trace_fn fn, void *ctx) {
+    dp->trace = fn;
+    dp->trace_ctx = ctx;
+}

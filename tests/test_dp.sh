@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Synchronous data parallelism: -n 2 and -n 4 with the same global batch, seed
+# and steps give the losses and final weights of -n 1 (losses within relative
+# 1e-5), for the mlp and the gpt, with ZeRO 0, 1 and 2; two runs of one layout
+# are bitwise identical; a stalled rank makes the others time out naming it.
+set -u
+dt="$1/dtrain"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_MCA_btl=self,vader,tcp
+fails=0; passes=0
+ok()   { echo "ok   $*"; passes=$((passes+1)); }
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+
+MLP="--model mlp --hidden 64,32 --batch 32 --steps 12 --lr 0.05 --log-every 1 --eval-every 0 --quiet"
+GPT="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch 8 --steps 8 --lr 3e-3 --warmup 2 --log-every 1 --eval-max 16 --quiet"
+
+losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*/\1/'; }
+# compare_losses A B: every step's loss within relative 1e-5
+compare_losses() {
+  paste <(losses "$1") <(losses "$2") | awk '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > worst) worst = r }
+    END { printf "%d steps, worst relative loss difference %.2g\n", n, worst; exit !(n > 0 && worst <= 1e-5) }'
+}
+
+run() { local out=$1; shift; "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { echo "  run $out failed:"; tail -5 "$tmp/$out.log"; return 1; }; }
+
+for model in mlp gpt; do
+  if [ $model = mlp ]; then args=$MLP; else args=$GPT; fi
+  run ${model}_n1 $args || fail "$model -n 1"
+  for n in 2 4; do
+    for z in 0 1 2; do
+      name=${model}_n${n}_z${z}
+      if run $name -n $n --zero $z --bucket-mb 0.02 $args; then
+        if msg=$(compare_losses "$tmp/${model}_n1" "$tmp/$name"); then ok "$name losses: $msg"; else fail "$name losses: $msg"; fi
+        if msg=$("$dt" diff "$tmp/${model}_n1/model.safetensors" "$tmp/$name/model.safetensors" --rtol 1e-3 --atol 1e-5); then
+          ok "$name weights: $msg"; else fail "$name weights: $msg"; fi
+      else fail "$name did not run"; fi
+    done
+  done
+done
+
+# the same layout twice: bitwise identical weights and losses
+run rep_a -n 3 --zero 1 --bucket-mb 0.02 $MLP && run rep_b -n 3 --zero 1 --bucket-mb 0.02 $MLP
+if cmp -s "$tmp/rep_a/model.safetensors" "$tmp/rep_b/model.safetensors" && [ "$(losses "$tmp/rep_a")" = "$(losses "$tmp/rep_b")" ]; then
+  ok "two -n 3 runs are bitwise identical"; else fail "two -n 3 runs differ"; fi
+
+# gradient accumulation: 2 ranks x 2 micro-batches = 1 rank x 1 batch
+run acc -n 2 --accum 2 $MLP && { msg=$(compare_losses "$tmp/mlp_n1" "$tmp/acc") && ok "accumulation: $msg" || fail "accumulation: $msg"; }
+
+# uneven batches: global batch 30 over 4 ranks (8,7,8,7 samples) = 1 rank
+run unev1 $MLP --batch 30 && run unev4 -n 4 $MLP --batch 30 && {
+  msg=$(compare_losses "$tmp/unev1" "$tmp/unev4") && ok "uneven shards: $msg" || fail "uneven shards: $msg"; }
+
+# every algorithm gives the same training
+for a in ring rhd native; do
+  run alg_$a -n 3 --allreduce $a $MLP && { msg=$(compare_losses "$tmp/mlp_n1" "$tmp/alg_$a") && ok "--allreduce $a: $msg" || fail "--allreduce $a: $msg"; }
+done
+
+# a stalled rank: the others time out and name it; exit code 3
+start=$(date +%s)
+"$dt" train -n 3 $MLP --steps 6 --timeout 2 --inject hang:rank=2:step=3 > "$tmp/hang.out" 2> "$tmp/hang.err"
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ $rc -eq 3 ] && grep -q "waiting for rank 2" "$tmp/hang.err" && grep -qi "timed out" "$tmp/hang.err"; then
+  ok "stalled rank: exit 3 after ${took}s: $(grep -i 'timed out' "$tmp/hang.err" | head -1)"
+else
+  fail "stalled rank: rc=$rc after ${took}s"; cat "$tmp/hang.err" | head -20
+fi
+
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]
