@@ -7,8 +7,10 @@ out=${DEMO_OUT:-runs/demo}
 mkdir -p "$out"
 
 echo "== dtrain demo =="
-echo "1) MLP 784-1024-1024-10 on Fashion-MNIST (Debian's dataset-fashion-mnist), one epoch, SGD momentum"
-"$dt" train --model mlp --epochs 1 --batch 128 --lr 0.1 --out "$out/mlp" --log-every 50
+echo "1) MLP 784-1024-1024-10 on Fashion-MNIST (Debian's dataset-fashion-mnist), one epoch, SGD momentum,"
+echo "   data-parallel on 2 ranks (-n 2 starts them through mpirun; each trains on half of every batch"
+echo "   and gradients are all-reduced with dtrain's own ring/halving-doubling collectives)"
+"$dt" train -n 2 --model mlp --epochs 1 --batch 128 --lr 0.1 --out "$out/mlp" --log-every 50
 echo
 echo "   weights: $out/mlp/model.safetensors (loads in PyTorch with safetensors.torch.load_file)"
 echo "   re-evaluating the saved file:"

@@ -57,6 +57,36 @@ for a in ring rhd native; do
   run alg_$a -n 3 --allreduce $a $MLP && { msg=$(compare_losses "$tmp/mlp_n1" "$tmp/alg_$a") && ok "--allreduce $a: $msg" || fail "--allreduce $a: $msg"; }
 done
 
+# ZeRO memory per rank, fp32 AdamW, P parameters (arena floats), N ranks:
+# ZeRO-0 4P + 4P + 8P, ZeRO-1 4P + 4P + 8P/N, ZeRO-2 4P + 4P/N + 8P/N; a rank's
+# shard is chunk r of every bucket, so it may exceed P/N by up to one float per bucket.
+field() { grep '"memory"' "$1/metrics.jsonl" | sed "s/.*\"$2\":\([0-9]*\).*/\1/"; }
+for z in 0 1 2; do
+  run mem_z$z -n 2 --zero $z --bucket-mb 0.05 $GPT --optim adamw || { fail "memory run zero $z"; continue; }
+  d="$tmp/mem_z$z"; P=$(field $d params); nb=$(field $d buckets)
+  pb=$(field $d param_bytes); gb=$(field $d grad_bytes); ob=$(field $d optim_bytes)
+  case $z in
+    0) want_g=$((4*P)); want_o=$((8*P));;
+    1) want_g=$((4*P)); want_o=$((8*P/2));;
+    2) want_g=$((4*P/2)); want_o=$((8*P/2));;
+  esac
+  slack=$((8*nb + 8))
+  if [ "$pb" -eq $((4*P)) ] && [ $((gb - want_g)) -le $slack ] && [ $((want_g - gb)) -le $slack ] \
+     && [ $((ob - want_o)) -le $slack ] && [ $((want_o - ob)) -le $slack ]; then
+    ok "ZeRO-$z per rank (P=$P): params $pb, grads $gb (want $want_g), optimizer $ob (want $want_o)"
+  else
+    fail "ZeRO-$z per rank (P=$P): params $pb, grads $gb (want $want_g), optimizer $ob (want $want_o)"
+  fi
+done
+
+# the timeline: one process row per rank, forward/backward/bucket collectives
+run tr -n 2 $MLP --trace "$tmp/trace.json"
+if [ -s "$tmp/trace.json" ] && grep -q '"traceEvents"' "$tmp/trace.json" \
+   && grep -q '"pid":0' "$tmp/trace.json" && grep -q '"pid":1' "$tmp/trace.json" \
+   && grep -q '"name":"backward"' "$tmp/trace.json" && grep -q '"name":"allreduce"' "$tmp/trace.json"; then
+  ok "trace has rows for both ranks with backward and allreduce events"
+else fail "trace file incomplete"; fi
+
 # a stalled rank: the others time out and name it; exit code 3
 start=$(date +%s)
 "$dt" train -n 3 $MLP --steps 6 --timeout 2 --inject hang:rank=2:step=3 > "$tmp/hang.out" 2> "$tmp/hang.err"

@@ -477,6 +477,14 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     res->eval_loss = eloss;
     res->items_per_s = (double)all_items / (res->seconds > 1e-9 ? res->seconds : 1e-9);
     dt_dp_memory(dp, &res->mem);
+    if (metrics)
+        fprintf(metrics,
+                "{\"memory\":true,\"ranks\":%d,\"zero\":%d,\"params\":%zu,\"param_bytes\":%zu,\"grad_bytes\":%zu,"
+                "\"grad_staging_peak_bytes\":%zu,\"optim_bytes\":%zu,\"shard_floats\":%zu,\"buckets\":%d,"
+                "\"comm_s\":%.4f,\"comm_exposed_s\":%.4f,\"backward_s\":%.4f}\n",
+                world, c->dp.zero, m->n, res->mem.param_bytes, res->mem.grad_bytes,
+                res->mem.grad_staging_peak, res->mem.optim_bytes, res->mem.shard_floats,
+                dt_dp_n_buckets(dp), res->comm_s, res->exposed_s, res->backward_s);
 
     if (lead && c->out_dir) {
         snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);

@@ -122,8 +122,8 @@ static dt_status max_over_ranks(dt_comm *c, double v, double *slots, double *out
     slots[dt_comm_rank(c)] = v;
     dt_status st = dt_allreduce_f64(c, slots, (size_t)p);
     if (st) return st;
-    *out = 0;
-    for (int i = 0; i < p; i++) *out = slots[i] > *out ? slots[i] : *out;
+    *out = slots[0];
+    for (int i = 1; i < p; i++) *out = slots[i] > *out ? slots[i] : *out;
     return DT_OK;
 }
 

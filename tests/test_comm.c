@@ -1,0 +1,259 @@
+/* The communication layer under any rank count: 1 (the self communicator, no
+ * launcher) or N under mpiexec (ctest runs 1..5). Closed-form expected values:
+ * rank r contributes x_i = (r+1) + (i mod 7), so every sum is a small integer,
+ * exact in float, and every algorithm must match it bit for bit; each result is
+ * also checked to be bitwise identical on every rank. */
+#include "dtrain/comm.h"
+#include "testhelp.h"
+
+#include <string.h>
+#include <time.h>
+
+static dt_comm *W;
+static int P, R;
+
+static void check_ok(const char *what, dt_status st) {
+    if (st) fprintf(stderr, "rank %d: %s: %s: %s\n", R, what, dt_status_str(st), dt_error_msg());
+    test_cond(what, st == DT_OK);
+}
+
+/* Max over ranks of v, through the f64 sum (one slot per rank). */
+static double max_all(dt_comm *c, double v) {
+    int p = dt_comm_size(c);
+    double slots[64] = {0};
+    DT_ASSERT(p <= 64);
+    slots[dt_comm_rank(c)] = v;
+    check_ok("allreduce_f64(max)", dt_allreduce_f64(c, slots, (size_t)p));
+    double m = slots[0];
+    for (int i = 1; i < p; i++) m = slots[i] > m ? slots[i] : m;
+    return m;
+}
+
+static uint32_t hash_bits(const void *p, size_t bytes) {
+    const unsigned char *b = p;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+/* True when every rank of c holds the same bytes. */
+static bool same_everywhere(dt_comm *c, const void *p, size_t bytes) {
+    double h = (double)hash_bits(p, bytes);
+    return max_all(c, h) == h && max_all(c, -h) == -h;
+}
+
+static float contrib(int r, size_t i) { return (float)(r + 1) + (float)(i % 7); }
+static float sum_of(int p, size_t i) { return (float)(p * (p + 1) / 2) + (float)p * (float)(i % 7); }
+static float expect(int p, size_t i, dt_reduce_op op) {
+    return op == DT_OP_AVG ? sum_of(p, i) * (1.0f / (float)p) : sum_of(p, i);
+}
+
+static const dt_algo ALGOS[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_NATIVE, DT_ALGO_AUTO};
+#define NALGO (sizeof ALGOS / sizeof ALGOS[0])
+
+/* All-reduce, reduce-scatter and all-gather of one count, one algorithm, one op. */
+static void test_one(dt_algo a, dt_reduce_op op, size_t count, size_t seg, float *buf) {
+    char what[160];
+    const char *opn = op == DT_OP_SUM ? "sum" : "avg";
+    size_t bad = 0;
+
+    /* all-reduce */
+    for (size_t i = 0; i < count; i++) buf[i] = contrib(R, i);
+    snprintf(what, sizeof what, "allreduce %s %s count %zu seg %zu", dt_algo_name(a), opn, count, seg);
+    check_ok(what, dt_allreduce(W, buf, count, op, a));
+    for (size_t i = 0; i < count; i++) bad += buf[i] != expect(P, i, op);
+    if (max_all(W, (double)bad) != 0) {
+        fprintf(stderr, "rank %d: FAIL %s: %zu wrong (buf[0]=%g want %g)\n", R, what, bad, count ? buf[0] : 0.0,
+                count ? expect(P, 0, op) : 0.0);
+        test_cond(what, false);
+    } else {
+        t_passed++;
+    }
+    snprintf(what, sizeof what, "allreduce %s %s count %zu seg %zu identical on all ranks", dt_algo_name(a), opn,
+             count, seg);
+    test_cond(what, same_everywhere(W, buf, count * sizeof(float)));
+
+    /* reduce-scatter: chunk R is ours */
+    for (size_t i = 0; i < count; i++) buf[i] = contrib(R, i);
+    snprintf(what, sizeof what, "reduce_scatter %s %s count %zu seg %zu", dt_algo_name(a), opn, count, seg);
+    check_ok(what, dt_reduce_scatter(W, buf, count, op, a));
+    size_t off = dt_chunk_off(count, P, R), len = dt_chunk_len(count, P, R);
+    bad = 0;
+    for (size_t i = off; i < off + len; i++) bad += buf[i] != expect(P, i, op);
+    test_cond(what, max_all(W, (double)bad) == 0);
+
+    /* all-gather: element i of chunk k is k*1000 + (i mod 1000) */
+    for (size_t i = 0; i < count; i++) buf[i] = -1.0f;
+    for (size_t i = off; i < off + len; i++) buf[i] = (float)(R * 1000) + (float)(i % 1000);
+    snprintf(what, sizeof what, "allgather %s count %zu seg %zu", dt_algo_name(a), count, seg);
+    check_ok(what, dt_allgather(W, buf, count, a));
+    bad = 0;
+    for (int k = 0; k < P; k++) {
+        size_t o = dt_chunk_off(count, P, k);
+        for (size_t i = o; i < o + dt_chunk_len(count, P, k); i++) bad += buf[i] != (float)(k * 1000) + (float)(i % 1000);
+    }
+    test_cond(what, max_all(W, (double)bad) == 0);
+}
+
+static void test_bcast(size_t bytes, dt_algo a) {
+    unsigned char *b = dt_malloc(bytes + 1);
+    for (int root = 0; root < P; root++) {
+        for (size_t i = 0; i < bytes; i++) b[i] = R == root ? (unsigned char)(i * 31 + (size_t)root) : 0;
+        char what[96];
+        snprintf(what, sizeof what, "bcast %s %zu bytes from %d", dt_algo_name(a), bytes, root);
+        check_ok(what, dt_bcast(W, b, bytes, root, a));
+        size_t bad = 0;
+        for (size_t i = 0; i < bytes; i++) bad += b[i] != (unsigned char)(i * 31 + (size_t)root);
+        test_cond(what, max_all(W, (double)bad) == 0);
+    }
+    dt_free(b);
+}
+
+static void test_f64(void) {
+    const size_t counts[] = {0, 1, 5, 1000};
+    double buf[1000];
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+        size_t n = counts[k], bad = 0;
+        for (size_t i = 0; i < n; i++) buf[i] = R + 0.5 + (double)i;
+        check_ok("allreduce_f64", dt_allreduce_f64(W, buf, n));
+        for (size_t i = 0; i < n; i++) bad += buf[i] != P * (P - 1) / 2.0 + P * (0.5 + (double)i);
+        test_cond("allreduce_f64 values", max_all(W, (double)bad) == 0);
+    }
+}
+
+/* Odd and even world ranks form two groups; each all-reduces inside itself. */
+static void test_split(void) {
+    dt_comm *g = NULL;
+    check_ok("split", dt_comm_split(W, R % 2, R, &g));
+    if (!g) return;
+    int gp = dt_comm_size(g), gr = dt_comm_rank(g);
+    test_cond("split size", gp == (P + 1 - R % 2) / 2);
+    test_cond("split rank", gr == R / 2);
+    test_cond("split world rank", dt_comm_world_rank(g, gr) == R);
+    float buf[1000];
+    const dt_algo as[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_NATIVE};
+    for (size_t k = 0; k < 4; k++) {
+        for (size_t i = 0; i < 1000; i++) buf[i] = contrib(R, i);
+        check_ok("split allreduce", dt_allreduce(g, buf, 1000, DT_OP_SUM, as[k]));
+        size_t bad = 0;
+        for (size_t i = 0; i < 1000; i++) {
+            float want = 0;
+            for (int q = R % 2; q < P; q += 2) want += contrib(q, i);
+            bad += buf[i] != want;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "split allreduce %s", dt_algo_name(as[k]));
+        test_cond(what, bad == 0);
+    }
+    dt_comm_destroy(g);
+}
+
+/* Point-to-point, including to self (the self comm's mailbox). */
+static void test_p2p(void) {
+    int v = 100 + R, got = -1;
+    check_ok("sendrecv", dt_sendrecv(W, &v, sizeof v, (R + 1) % P, &got, sizeof got, (R - 1 + P) % P, 7, "p2p"));
+    test_cond("sendrecv value", got == 100 + (R - 1 + P) % P);
+    uint64_t before = dt_comm_bytes_sent(W);
+    dt_req q[2];
+    got = -1;
+    check_ok("isend self", dt_isend(W, &v, sizeof v, R, 8, &q[0]));
+    check_ok("irecv self", dt_irecv(W, &got, sizeof got, R, 8, &q[1]));
+    check_ok("waitall self", dt_waitall(W, q, 2, "p2p self"));
+    test_cond("send to self", got == v);
+    test_cond("bytes sent counted", dt_comm_bytes_sent(W) == before + sizeof v);
+}
+
+/* Rank 0 sleeps 3 s before joining; the others must time out after ~1 s, the
+ * message naming the rank they waited for (rank 0 for its ring neighbour). The
+ * timed-out communicator is dropped after a deadline-free world barrier. */
+static void test_timeout(void) {
+    if (P < 2) return;
+    dt_comm *t = NULL;
+    check_ok("split for timeout", dt_comm_split(W, 0, R, &t));
+    if (!t) return;
+    dt_comm_set_timeout(t, 1.0);
+    dt_comm_set_step(t, 12);
+    float buf[64];
+    for (int i = 0; i < 64; i++) buf[i] = 1;
+    if (R == 0) {
+        struct timespec ts = {3, 0};
+        nanosleep(&ts, NULL);
+    }
+    double t0 = dt_now();
+    dt_status st = dt_allreduce(t, buf, 64, DT_OP_SUM, DT_ALGO_RING);
+    double took = dt_now() - t0;
+    if (R != 0) {
+        printf("rank %d: %.2f s: %s\n", R, took, dt_error_msg());
+        test_cond("late rank 0 -> DT_ERR_TIMEOUT", st == DT_ERR_TIMEOUT);
+        test_cond("timeout within 1 s + margin", took > 0.9 && took < 2.5);
+        test_cond("message names the operation and step", strstr(dt_error_msg(), "allreduce(ring) timed out") &&
+                                                               strstr(dt_error_msg(), "at step 12"));
+        if (R == 1) test_cond("ring neighbour names rank 0", strstr(dt_error_msg(), "waiting for rank 0 (recv)"));
+        /* A timed-out communicator refuses further work. */
+        test_cond("broken comm refuses work", dt_allreduce(t, buf, 64, DT_OP_SUM, DT_ALGO_RING) == DT_ERR_COMM);
+    } else {
+        test_cond("late rank: ok or timeout", st == DT_OK || st == DT_ERR_TIMEOUT);
+    }
+    /* Re-synchronise without a deadline, then drop the communicator. */
+    dt_comm_set_timeout(W, 0);
+    check_ok("barrier after timeout", dt_barrier(W));
+    dt_comm_set_timeout(W, 60);
+    dt_comm_destroy(t);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    if (dt_comm_world(&W)) {
+        fprintf(stderr, "test_comm: %s\n", dt_error_msg());
+        return 1;
+    }
+    P = dt_comm_size(W);
+    R = dt_comm_rank(W);
+    dt_comm_set_timeout(W, 30);
+    if (R == 0) printf("test_comm: %d rank(s), %s\n", P, dt_comm_is_mpi(W) ? "MPI" : "self");
+
+    /* Partition convention and names. */
+    test_cond("chunk off", dt_chunk_off(10, 3, 0) == 0 && dt_chunk_off(10, 3, 1) == 4 && dt_chunk_off(10, 3, 3) == 10);
+    test_cond("chunk len", dt_chunk_len(10, 3, 0) == 4 && dt_chunk_len(10, 3, 2) == 3 && dt_chunk_len(2, 3, 2) == 0);
+    for (int a = 0; a < DT_ALGO_COUNT; a++) {
+        dt_algo back;
+        test_cond("algo name round trip", dt_algo_parse(dt_algo_name((dt_algo)a), &back) == DT_OK && back == (dt_algo)a);
+    }
+    dt_algo dummy;
+    test_cond("algo parse rejects", dt_algo_parse("tree", &dummy) == DT_ERR_INVALID);
+
+    size_t counts[] = {0, 1, (size_t)P - 1, (size_t)P, 7, 1000, 100003};
+    const size_t ncounts = sizeof counts / sizeof counts[0];
+    float *buf = dt_alloc_floats(100003);
+    for (size_t k = 0; k < NALGO; k++) {
+        for (int op = 0; op < 2; op++) {
+            for (size_t n = 0; n < ncounts; n++) {
+                /* 64-byte segments reach the multi-segment paths; 100003 floats
+                 * take 4 KiB ones there to keep the suite quick. */
+                size_t small = counts[n] > 10000 ? 4096 : 64;
+                dt_comm_set_max_segment(W, small);
+                test_one(ALGOS[k], (dt_reduce_op)op, counts[n], small, buf);
+                dt_comm_set_max_segment(W, (size_t)1 << 20);
+                test_one(ALGOS[k], (dt_reduce_op)op, counts[n], (size_t)1 << 20, buf);
+            }
+        }
+    }
+    dt_free(buf);
+    const size_t bsizes[] = {0, 1, 3, 1000, 400003};
+    for (size_t k = 0; k < sizeof bsizes / sizeof bsizes[0]; k++) {
+        test_bcast(bsizes[k], DT_ALGO_AUTO);
+        test_bcast(bsizes[k], DT_ALGO_NATIVE);
+    }
+    for (int i = 0; i < 5; i++) check_ok("barrier", dt_barrier(W));
+    test_f64();
+    test_split();
+    test_p2p();
+    test_timeout();
+
+    int rc = test_report();
+    double worst = max_all(W, rc);
+    dt_comm_destroy(W);
+    dt_comm_finalize();
+    return worst != 0 ? 1 : 0;
+}
