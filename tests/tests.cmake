@@ -23,3 +23,22 @@ foreach(slow test_train_slow test_cli)
     set_tests_properties(${slow} PROPERTIES LABELS slow)
   endif()
 endforeach()
+
+# ---- test_comm under mpiexec: 2..5 ranks, oversubscribed on this machine -------
+# (The glob above already runs test_comm as one process: the self communicator.)
+# Shared memory and TCP transports only, so no network hardware is probed; the
+# root flags let the suite run in containers, where tests often run as root.
+# Sanitizer builds: Open MPI's own allocations are suppressed (tests/lsan.supp,
+# whose header says why the full unwinder is needed).
+find_program(DT_MPIEXEC NAMES mpiexec mpirun HINTS ${MPIEXEC_EXECUTABLE})
+if(DT_MPIEXEC AND TARGET test_comm)
+  foreach(np 2 3 4 5)
+    add_test(NAME test_comm_np${np}
+             COMMAND ${DT_MPIEXEC} -n ${np} --oversubscribe --mca btl self,vader,tcp
+                     $<TARGET_FILE:test_comm>
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+    set_tests_properties(test_comm_np${np} PROPERTIES
+      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0"
+      TIMEOUT 120 LABELS mpi)
+  endforeach()
+endif()

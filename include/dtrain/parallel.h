@@ -22,6 +22,7 @@
 #ifndef DTRAIN_PARALLEL_H
 #define DTRAIN_PARALLEL_H
 
+#include "dtrain/ckpt.h"
 #include "dtrain/comm.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
@@ -80,6 +81,11 @@ void dt_dp_memory(const dt_dp *dp, dt_dp_mem *mem);
 /* Statistics since the last call (then reset). */
 void dt_dp_take_stats(dt_dp *dp, dt_dp_stats *s);
 dt_optim *dt_dp_optim(dt_dp *dp);
+/* This rank's share of the optimizer state, for checkpoints (valid while dp lives). */
+void dt_dp_shard(const dt_dp *dp, dt_ckpt_shard *out);
+/* Sets this rank's optimizer state from full logical (arena-indexed) arrays M
+ * and V (either NULL when the optimizer has no such state) and the step count. */
+void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t);
 int dt_dp_n_buckets(const dt_dp *dp);
 
 /* Optional timeline hook: called on the communication thread for each bucket

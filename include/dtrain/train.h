@@ -49,7 +49,13 @@ typedef struct dt_train_cfg {
     double timeout;          /* seconds every communication wait may take [60] */
     const char *trace;       /* Chrome trace file, or NULL */
     int n_inject;
-    dt_inject inject[8];     /* fault injection (tests, demos) */
+    dt_inject inject[8];     /* fault injection (tests, demos); fires in the first attempt only */
+    /* checkpoints */
+    const char *ckpt_dir;    /* NULL: no checkpoints */
+    int64_t ckpt_every;      /* steps between checkpoints (0: only at the end) */
+    int ckpt_keep;           /* complete checkpoints kept (0: all) [3] */
+    const char *resume;      /* NULL, "auto" (newest valid in ckpt_dir) or a checkpoint path */
+    const char *config_json; /* the flags as JSON, stored in checkpoints (may be NULL) */
 } dt_train_cfg;
 
 typedef struct dt_train_result {
@@ -62,6 +68,8 @@ typedef struct dt_train_result {
     dt_dp_mem mem;           /* per-rank bytes of parameters, gradients, optimizer state */
     double comm_s, exposed_s, backward_s; /* whole run, this rank */
     uint64_t bytes_sent;     /* whole run, this rank */
+    int64_t resumed_from;    /* step of the checkpoint resumed from, -1 if none */
+    double ckpt_blocking_s;  /* time the step loop spent on checkpoint snapshots */
 } dt_train_result;
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);

@@ -51,6 +51,7 @@ struct dt_dp {
 
     dt_dp_stats stats;
     uint64_t bytes_mark;
+    size_t *sh_off, *sh_len, *sh_state; /* per bucket, for checkpoints */
     size_t staging_peak;
     dt_dp_trace_fn trace;
     void *trace_ctx;
@@ -196,6 +197,15 @@ static dt_status build_buckets(dt_dp *dp) {
         soff += b->own_len;
     }
     dp->shard = soff;
+    dp->sh_off = dt_calloc((size_t)dp->nb, sizeof(size_t));
+    dp->sh_len = dt_calloc((size_t)dp->nb, sizeof(size_t));
+    dp->sh_state = dt_calloc((size_t)dp->nb, sizeof(size_t));
+    if (!dp->sh_off || !dp->sh_len || !dp->sh_state) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < dp->nb; i++) {
+        dp->sh_off[i] = dp->b[i].own_off;
+        dp->sh_len[i] = dp->b[i].own_len;
+        dp->sh_state[i] = dp->b[i].state_off;
+    }
     return DT_OK;
 }
 
@@ -266,6 +276,9 @@ void dt_dp_destroy(dt_dp *dp) {
     dt_free(dp->gshard);
     dt_free(dp->b);
     dt_free(dp->block_bucket);
+    dt_free(dp->sh_off);
+    dt_free(dp->sh_len);
+    dt_free(dp->sh_state);
     dt_free(dp);
 }
 
@@ -433,6 +446,23 @@ void dt_dp_take_stats(dt_dp *dp, dt_dp_stats *s) {
 }
 
 dt_optim *dt_dp_optim(dt_dp *dp) { return dp->opt; }
+
+void dt_dp_shard(const dt_dp *dp, dt_ckpt_shard *out) {
+    out->n = dp->nb;
+    out->arena_off = dp->sh_off;
+    out->len = dp->sh_len;
+    out->state_off = dp->sh_state;
+}
+
+void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t) {
+    dt_optim *o = dp->opt;
+    for (int k = 0; k < dp->nb; k++) {
+        const bucket *b = &dp->b[k];
+        if (o->m && M) memcpy(o->m + b->state_off, M + b->own_off, b->own_len * sizeof(float));
+        if (o->v && V) memcpy(o->v + b->state_off, V + b->own_off, b->own_len * sizeof(float));
+    }
+    o->t = t;
+}
 int dt_dp_n_buckets(const dt_dp *dp) { return dp->nb; }
 
 void dt_dp_set_trace(dt_dp *dp, dt_dp_trace_fn fn, void *ctx) {

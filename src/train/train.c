@@ -5,11 +5,13 @@
  * nothing here knows which model it is training beyond "classifier or LM". */
 #include "dtrain/train.h"
 
+#include "dtrain/ckpt.h"
 #include "dtrain/data.h"
 #include "dtrain/trace.h"
 #include "dtrain/weights.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <math.h>
@@ -30,6 +32,7 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->cosine = true;
     c->accum = 1;
     c->timeout = 60.0;
+    c->ckpt_keep = 3;
     dt_dp_cfg_default(&c->dp);
     if (kind == DT_MODEL_GPT) {
         c->batch = 16;
@@ -76,6 +79,10 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
         return dt_errorf(DT_ERR_INVALID, "--accum %d must be in [1, --batch]", c->accum);
     if (c->dp.zero < 0 || c->dp.zero > 2) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1 or 2");
     if (c->dp.bucket_bytes < 4) return dt_errorf(DT_ERR_INVALID, "--bucket-mb is too small");
+    if (c->ckpt_every < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-every must be >= 0");
+    if (c->ckpt_keep < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-keep must be >= 0");
+    if ((c->ckpt_every > 0 || (c->resume && strcmp(c->resume, "auto") == 0)) && !c->ckpt_dir)
+        return dt_errorf(DT_ERR_INVALID, "--ckpt-every and --resume auto need --ckpt-dir DIR");
     return DT_OK;
 }
 
@@ -235,7 +242,15 @@ static void fmt_eta(char *buf, size_t n, double s) {
 }
 
 /* ---- fault injection ------------------------------------------------------ */
+/* Injected faults fire in the first attempt only, so a supervised restart can
+ * get past them (the supervisor sets DTRAIN_ATTEMPT). */
+static bool first_attempt(void) {
+    const char *a = getenv("DTRAIN_ATTEMPT");
+    return !a || strcmp(a, "0") == 0;
+}
+
 static void inject_at_step(const dt_train_cfg *c, int rank, int64_t step) {
+    if (!first_attempt()) return;
     for (int i = 0; i < c->n_inject; i++) {
         const dt_inject *in = &c->inject[i];
         if (in->rank != rank || in->step != step) continue;
@@ -252,6 +267,7 @@ static void inject_at_step(const dt_train_cfg *c, int rank, int64_t step) {
 }
 
 static void inject_slow(const dt_train_cfg *c, int rank, double compute_s) {
+    if (!first_attempt()) return;
     for (int i = 0; i < c->n_inject; i++) {
         const dt_inject *in = &c->inject[i];
         if (in->kind != DT_INJECT_SLOW || in->rank != rank) continue;
@@ -266,6 +282,100 @@ static void trace_hook(void *ctx, const char *name, int bucket, double t0, doubl
     dt_trace_event(t, name, comm_thread ? DT_TRACE_COMM : DT_TRACE_COMPUTE, t0, t1, -1, bucket);
 }
 
+/* ---- resume ------------------------------------------------------------------
+ * Every rank reads the checkpoint (a shared file system for multi-host jobs),
+ * takes the full logical parameters and its own shard of the optimizer state:
+ * any layout resumes any checkpoint. */
+static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_dp *dp, int64_t pos[2],
+                             int64_t *start_step, bool lead) {
+    char path[4096];
+    dt_status st;
+    if (strcmp(c->resume, "auto") == 0) {
+        st = dt_ckpt_find_latest(c->ckpt_dir, path, sizeof path);
+        if (st) {
+            if (lead) dt_log(DT_LOG_INFO, "no valid checkpoint in %s: starting from scratch", c->ckpt_dir);
+            return DT_OK;
+        }
+    } else {
+        snprintf(path, sizeof path, "%s", c->resume);
+    }
+    float *M = dt_alloc_floats(m->n), *V = dt_alloc_floats(m->n);
+    if (!M || !V) {
+        dt_free(M);
+        dt_free(V);
+        return dt_errorf(DT_ERR_NOMEM, "out of memory resuming from %s", path);
+    }
+    dt_ckpt_state s;
+    st = dt_ckpt_load(path, m, M, V, &s);
+    if (!st && s.optim != c->optim.kind)
+        st = dt_errorf(DT_ERR_INVALID, "%s was written with --optim %s; resume with the same optimizer", path,
+                       s.optim == DT_OPTIM_ADAMW ? "adamw" : "sgd");
+    if (!st && s.batch != c->batch)
+        st = dt_errorf(DT_ERR_INVALID, "%s was written with global --batch %d, not %d; resume with the same global batch",
+                       path, s.batch, c->batch);
+    if (!st && s.seed != c->seed)
+        st = dt_errorf(DT_ERR_INVALID, "%s was written with --seed %llu, not %llu; resume with the same seed",
+                       path, (unsigned long long)s.seed, (unsigned long long)c->seed);
+    if (!st) {
+        dt_dp_set_optim_state(dp, s.n_states >= 1 ? M : NULL, s.n_states >= 2 ? V : NULL, s.optim_t);
+        pos[0] = s.epoch;
+        pos[1] = s.index;
+        *start_step = s.step;
+        if (lead)
+            dt_log(DT_LOG_INFO, "resuming from %s (step %lld, written by %d rank%s with ZeRO-%d)", path,
+                   (long long)s.step, s.world, s.world == 1 ? "" : "s", s.zero);
+    }
+    dt_free(M);
+    dt_free(V);
+    return st;
+}
+
+/* ---- watchdog: a step that makes no progress for too long ends the process
+ * with the distinct timeout exit code, so a supervisor can restart it even
+ * when there is no peer to notice (one rank, or a hang outside communication). */
+static pthread_mutex_t g_wd_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_wd_cv = PTHREAD_COND_INITIALIZER;
+static int64_t g_wd_step = -1;
+static double g_wd_last, g_wd_limit;
+static bool g_wd_started;
+
+static void *watchdog_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_wd_mu);
+    for (;;) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&g_wd_cv, &g_wd_mu, &ts);
+        if (g_wd_step >= 0 && g_wd_limit > 0 && dt_now() - g_wd_last > g_wd_limit) {
+            fprintf(stderr, "dtrain: step %lld made no progress for %.0f s (watchdog, 2x --timeout); ending the job\n",
+                    (long long)g_wd_step, g_wd_limit);
+            fflush(stderr);
+            _exit(3);
+        }
+    }
+    return NULL;
+}
+
+/* step >= 1: step started (progress); -1: stop watching. */
+static void watchdog_tick(int64_t step) {
+    pthread_mutex_lock(&g_wd_mu);
+    g_wd_step = step;
+    g_wd_last = dt_now();
+    pthread_mutex_unlock(&g_wd_mu);
+}
+
+static void watchdog_start(double limit) {
+    pthread_mutex_lock(&g_wd_mu);
+    g_wd_limit = limit;
+    g_wd_step = -1;
+    bool start = !g_wd_started && limit > 0;
+    g_wd_started |= start;
+    pthread_mutex_unlock(&g_wd_mu);
+    pthread_t t;
+    if (start && pthread_create(&t, NULL, watchdog_main, NULL) == 0) pthread_detach(t);
+}
+
 dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *res) {
     memset(res, 0, sizeof *res);
     res->test_acc = -1.0f;
@@ -275,12 +385,15 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     bool lead = rank == 0;
     bool quiet = c->quiet || !lead;
     dt_comm_set_timeout(comm, c->timeout);
+    watchdog_start(2.0 * c->timeout);
 
     run_data d;
     dt_model *m = NULL;
     dt_acts *acts = NULL, *eacts = NULL;
     dt_dp *dp = NULL;
     dt_trace *trace = NULL;
+    dt_ckpt_writer *ckw = NULL;
+    int64_t sampler_pos[2] = {-1, -1};
     batch_buf bb = {0};
     dt_sampler sampler = {0};
     FILE *metrics = NULL;
@@ -296,6 +409,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     if (c->init && (st = dt_weights_load(m, c->init))) goto done;
     if ((st = dt_dp_create(&dp, m, comm, &c->dp, &c->optim))) goto done;
     if ((st = dt_dp_broadcast_params(dp))) goto done;
+    int64_t start_step = 0;
+    res->resumed_from = -1;
+    if (c->resume && (st = resume_from(c, m, dp, sampler_pos, &start_step, lead))) goto done;
+    if (start_step > 0) res->resumed_from = start_step;
 
     int B = c->batch;
     int local_max = (B + world - 1) / world;           /* largest shard of a global batch */
@@ -308,10 +425,12 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     if ((st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, eB))) goto done;
     if ((st = batch_buf_init(&bb, m, eB > local_max ? eB : local_max, d.T))) goto done;
     if ((st = dt_sampler_init(&sampler, d.n_train, c->seed, true, false, rank, world))) goto done;
+    if (sampler_pos[0] >= 0 && (st = dt_sampler_seek(&sampler, sampler_pos[0], sampler_pos[1]))) goto done;
+    if (c->ckpt_dir && (st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, world, c->ckpt_keep, 10 * c->timeout))) goto done;
     if (lead && c->out_dir) {
         if ((st = make_dir(c->out_dir))) goto done;
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
-        metrics = fopen(path, "w");
+        metrics = fopen(path, start_step > 0 ? "a" : "w");
         if (!metrics) {
             st = dt_errorf(DT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
             goto done;
@@ -343,8 +462,11 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     dt_dp_stats win_stats = {0};
     int64_t win_items = 0, win_steps = 0, all_items = 0;
     float acc = -1, eloss = NAN;
-    for (int64_t step = 0; step < total; step++) {
+    if (start_step > 0 && !quiet)
+        dt_log(DT_LOG_INFO, "resumed at step %lld of %lld", (long long)start_step, (long long)total);
+    for (int64_t step = start_step; step < total; step++) {
         dt_comm_set_step(comm, step + 1);
+        watchdog_tick(step + 1);
         inject_at_step(c, rank, step + 1);
         double tc0 = dt_now();
         int local_n, global_n;
@@ -388,6 +510,25 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if ((st = dt_dp_step(dp, lr, c->clip, NULL))) goto done;
         double tc2 = dt_now();
         if (trace) dt_trace_event(trace, "optimizer", DT_TRACE_COMPUTE, tc1, tc2, step + 1, -1);
+        if (ckw && ((c->ckpt_every > 0 && (step + 1) % c->ckpt_every == 0) || step + 1 == total)) {
+            dt_ckpt_state cs;
+            memset(&cs, 0, sizeof cs);
+            cs.step = step + 1;
+            cs.epoch = sampler.epoch;
+            cs.index = sampler.index;
+            cs.seed = c->seed;
+            cs.optim_t = dt_dp_optim(dp)->t;
+            cs.world = world;
+            cs.zero = c->dp.zero;
+            cs.batch = B;
+            cs.optim = c->optim.kind;
+            snprintf(cs.config, sizeof cs.config, "%s", c->config_json ? c->config_json : "{}");
+            dt_ckpt_shard shard;
+            dt_dp_shard(dp, &shard);
+            double ts = dt_now();
+            if ((st = dt_ckpt_save_async(ckw, m, dt_dp_optim(dp), &shard, &cs))) goto done;
+            if (trace) dt_trace_event(trace, "checkpoint snapshot", DT_TRACE_COMPUTE, ts, dt_now(), step + 1, -1);
+        }
         double loss_d = local_loss;
         if (world > 1 && (st = dt_allreduce_f64(comm, &loss_d, 1))) goto done;
         float loss = (float)loss_d;
@@ -471,12 +612,17 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             }
         }
     }
+    if (ckw) {
+        if ((st = dt_ckpt_flush(ckw))) goto done;
+        res->ckpt_blocking_s = dt_ckpt_blocking_seconds(ckw);
+    }
     res->seconds = dt_now() - t0;
     res->steps = total;
     res->test_acc = acc;
     res->eval_loss = eloss;
     res->items_per_s = (double)all_items / (res->seconds > 1e-9 ? res->seconds : 1e-9);
     dt_dp_memory(dp, &res->mem);
+    watchdog_tick(-1);
     if (metrics)
         fprintf(metrics,
                 "{\"memory\":true,\"ranks\":%d,\"zero\":%d,\"params\":%zu,\"param_bytes\":%zu,\"grad_bytes\":%zu,"
@@ -499,8 +645,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if (!quiet) dt_log(DT_LOG_INFO, "wrote the timeline %s (open it in https://ui.perfetto.dev)", c->trace);
     }
 done:
+    watchdog_tick(-1);
     if (metrics && fclose(metrics) != 0 && !st)
         st = dt_errorf(DT_ERR_IO, "cannot finish writing metrics in %s: %s", c->out_dir, strerror(errno));
+    dt_ckpt_writer_destroy(ckw);
     dt_trace_destroy(trace);
     dt_sampler_free(&sampler);
     batch_buf_free(&bb);

@@ -9,6 +9,7 @@
  * Exit codes: 0 success, 1 the run failed (bad data, bad weights, I/O),
  * 2 usage error (unknown flag, bad value), 3 a communication deadline expired
  * (a rank stalled or died; the message names it). */
+#include "dtrain/ckpt.h"
 #include "dtrain/comm.h"
 #include "dtrain/safetensors.h"
 #include "dtrain/train.h"
@@ -16,6 +17,9 @@
 
 #include "cli.h"
 #include "launch.h"
+#include "supervisor.h"
+
+#include <jansson.h>
 
 #include <cblas.h>
 #include <errno.h>
@@ -99,6 +103,9 @@ typedef struct cli {
     const char *weights;
     int threads;
     int nproc;
+    const char *hostfile;
+    int max_restarts, min_nproc;
+    float backoff;
     bool model_given;
     bool progress_off;
 } cli;
@@ -148,7 +155,16 @@ static const char *train_help =
     "  --accum K            micro-batches per step, no sync in between [1]\n"
     "  --timeout SEC        deadline of every communication wait [60]\n"
     "  --inject SPEC        fault injection: crash:rank=R:step=S, hang:rank=R:step=S,\n"
-    "                       slow:rank=R:factor=F\n";
+    "                       slow:rank=R:factor=F (fires in the first attempt only)\n"
+    "fault tolerance\n"
+    "  --ckpt-dir DIR       write checkpoints under DIR\n"
+    "  --ckpt-every N       checkpoint every N steps (and at the end) [at the end only]\n"
+    "  --ckpt-keep K        complete checkpoints to keep, 0 = all [3]\n"
+    "  --resume auto|PATH   auto: the newest valid checkpoint in --ckpt-dir (none: start fresh)\n"
+    "  --max-restarts K     supervise: restart the job from the newest checkpoint when a rank\n"
+    "                       dies or a deadline expires, up to K times [0]\n"
+    "  --restart-backoff S  first wait before a restart, doubling up to 30 s [1]\n"
+    "  --min-nproc M        with --hostfile and no -n: refuse to run on fewer than M slots\n";
 
 static const char *eval_help =
     "usage: dtrain eval --weights FILE [--model mlp|cnn|gpt] [--data PATH] [--eval-max N]\n"
@@ -233,7 +249,14 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
         } else if (strcmp(f, "--log-every") == 0) { NEEDV(); rc = parse_i64(f, v, 1, INT64_MAX / 2, &t->log_every);
         } else if (strcmp(f, "--quiet") == 0) { t->quiet = true;
         } else if (strcmp(f, "-n") == 0 || strcmp(f, "--nproc") == 0) { NEEDV(); rc = parse_int(f, v, 1, 100000, &c->nproc);
-        } else if (strcmp(f, "--hostfile") == 0) { NEEDV();
+        } else if (strcmp(f, "--hostfile") == 0) { NEEDV(); c->hostfile = v;
+        } else if (strcmp(f, "--ckpt-dir") == 0) { NEEDV(); t->ckpt_dir = v;
+        } else if (strcmp(f, "--ckpt-every") == 0) { NEEDV(); rc = parse_i64(f, v, 0, INT64_MAX / 2, &t->ckpt_every);
+        } else if (strcmp(f, "--ckpt-keep") == 0) { NEEDV(); rc = parse_int(f, v, 0, 1000000, &t->ckpt_keep);
+        } else if (strcmp(f, "--resume") == 0) { NEEDV(); t->resume = v;
+        } else if (strcmp(f, "--max-restarts") == 0) { NEEDV(); rc = parse_int(f, v, 0, 1000, &c->max_restarts);
+        } else if (strcmp(f, "--min-nproc") == 0) { NEEDV(); rc = parse_int(f, v, 1, 100000, &c->min_nproc);
+        } else if (strcmp(f, "--restart-backoff") == 0) { NEEDV(); rc = parse_float(f, v, 0, 3600, &c->backoff);
         } else if (strcmp(f, "--zero") == 0) { NEEDV(); rc = parse_int(f, v, 0, 2, &t->dp.zero);
         } else if (strcmp(f, "--allreduce") == 0) { NEEDV();
             if (dt_algo_parse(v, &t->dp.algo)) rc = usage_error("--allreduce must be ring, rhd, rd, native or auto, got '%s'", v);
@@ -267,7 +290,15 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     if (rc) return rc;
     if (c.cfg.min_lr > c.cfg.lr) c.cfg.min_lr = c.cfg.lr;
     if (dt_train_cfg_check(&c.cfg)) return usage_error("%s", dt_error_msg());
-    /* Flags are valid: start the ranks (returns only in a rank or a 1-process run). */
+    if (c.cfg.resume && strcmp(c.cfg.resume, "auto") != 0 && access(c.cfg.resume, F_OK) != 0)
+        return usage_error("--resume %s: no such checkpoint", c.cfg.resume);
+    /* Flags are valid. Supervise (the child comes back here with DTRAIN_SUPERVISED). */
+    if (c.max_restarts > 0 && !getenv("DTRAIN_SUPERVISED") && !dt_under_mpi_launcher()) {
+        dt_supervise_cfg sc = {c.max_restarts, c.min_nproc, c.nproc, c.nproc > 0, c.hostfile,
+                               c.cfg.ckpt_dir != NULL, c.backoff > 0 ? c.backoff : 1.0};
+        return dt_supervise(full_argc, full_argv, &sc);
+    }
+    /* Start the ranks (returns only in a rank or a 1-process run). */
     rc = dt_launch(full_argc, full_argv, 2);
     if (rc >= 0) return rc;
     if (c.threads) openblas_set_num_threads(c.threads);
@@ -285,8 +316,16 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     }
     if (size > 1) dt_log_set_rank(rank);
     c.cfg.progress = !c.progress_off && isatty(STDERR_FILENO);
+    /* The command line goes into checkpoints (dtrain inspect shows it). */
+    json_t *args = json_array();
+    for (int i = 1; i < full_argc; i++) json_array_append_new(args, json_string(full_argv[i]));
+    json_t *cj = json_pack("{s:o}", "argv", args);
+    char *config = cj ? json_dumps(cj, JSON_COMPACT) : NULL;
+    json_decref(cj);
+    c.cfg.config_json = config;
     dt_train_result r;
     dt_status st = dt_train_run(&c.cfg, world, &r);
+    free(config);
     if (st) {
         bool comm_fault = st == DT_ERR_TIMEOUT || st == DT_ERR_COMM;
         int code = st == DT_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_RUN;
@@ -355,6 +394,39 @@ static int cmd_eval(int argc, char **argv) {
         printf("test accuracy %.2f%% (loss %.4f; %s, %s)\n", 100.0 * r.test_acc, (double)r.eval_loss,
                dt_model_kind_name(c.cfg.model.kind), c.weights);
     return 0;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    g_cmd = "dtrain inspect";
+    if (argc != 1 || argv[0][0] == '-') return usage_error("usage: dtrain inspect CHECKPOINT_DIR");
+    if (dt_ckpt_inspect(argv[0], stdout)) return run_error();
+    return 0;
+}
+
+static int cmd_export(int argc, char **argv) {
+    g_cmd = "dtrain export";
+    const char *ck = NULL, *out = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
+        else if (argv[i][0] == '-') return usage_error("unknown flag '%s'", argv[i]);
+        else if (!ck) ck = argv[i];
+        else return usage_error("expects one checkpoint");
+    }
+    if (!ck || !out) return usage_error("usage: dtrain export CHECKPOINT_DIR --out model.safetensors");
+    char r0[4200];
+    snprintf(r0, sizeof r0, "%s/rank-00000.safetensors", ck);
+    dt_model_cfg mc;
+    dt_model *m = NULL;
+    int rc = EXIT_RUN;
+    if (dt_ckpt_verify(ck, NULL) || dt_weights_read_cfg(r0, &mc) || dt_model_create(&m, &mc) ||
+        dt_ckpt_load(ck, m, NULL, NULL, NULL) || dt_weights_save(m, out, 0, NULL)) {
+        fprintf(stderr, "%s: %s\n", g_cmd, dt_error_msg());
+    } else {
+        printf("wrote %s (%s, %zu parameters)\n", out, dt_model_kind_name(mc.kind), m->n);
+        rc = 0;
+    }
+    dt_model_destroy(m);
+    return rc;
 }
 
 /* dtrain diff A B [--rtol R] [--atol A]: compares two weights files tensor by
@@ -432,7 +504,9 @@ static const char *main_help =
     "  train    train a model (mlp, cnn, gpt); 'dtrain train --help'\n"
     "  eval     evaluate saved weights; 'dtrain eval --help'\n"
     "  bench allreduce   collective bandwidth table; 'dtrain bench allreduce --help'\n"
-    "  diff A B [--rtol R] [--atol A]   compare two weights files\n";
+    "  diff A B [--rtol R] [--atol A]   compare two weights files\n"
+    "  inspect CKPT         verify every checksum of a checkpoint and print what it holds\n"
+    "  export CKPT --out F  write a checkpoint's weights as a plain safetensors file\n";
 
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
@@ -448,6 +522,8 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 2, argv + 2);
     if (strcmp(argv[1], "diff") == 0) return cmd_diff(argc - 2, argv + 2);
-    fprintf(stderr, "dtrain: unknown command '%s' (commands: train, eval, bench, diff; see 'dtrain --help')\n", argv[1]);
+    if (strcmp(argv[1], "inspect") == 0) return cmd_inspect(argc - 2, argv + 2);
+    if (strcmp(argv[1], "export") == 0) return cmd_export(argc - 2, argv + 2);
+    fprintf(stderr, "dtrain: unknown command '%s' (commands: train, eval, bench, diff, inspect, export; see 'dtrain --help')\n", argv[1]);
     return EXIT_USAGE;
 }

@@ -1,0 +1,91 @@
+/* dtrain checkpoints: atomic, checksummed, sharded, logical.
+ *
+ * A checkpoint is a directory DIR/ckpt-<step> holding one safetensors file per
+ * rank that owns data (rank-00000.safetensors, ...) and a manifest.json written
+ * last; a checkpoint counts only once its manifest is in place.
+ *   - rank 0's file holds every parameter under its PyTorch name, full shape
+ *     (so PyTorch loads the weights as they are);
+ *   - every file holds that rank's slices of the optimizer state, named
+ *     optim.<state>.<param> (state: exp_avg, exp_avg_sq, momentum_buffer), each a
+ *     1-D slice with its offset into the flattened logical tensor and the
+ *     tensor's global shape in the metadata ("slices");
+ *   - every tensor's CRC32C is in the file's metadata ("crc32c");
+ *   - the manifest holds the step, the sampler position, the seed, the optimizer
+ *     step count, the layout it was written from, the run config and the files
+ *     with their sizes.
+ * Because tensors are logical (never a rank's private layout), any layout can
+ * resume any checkpoint. Files are written to a temporary name, fsynced, renamed
+ * and the directory fsynced. */
+#ifndef DTRAIN_CKPT_H
+#define DTRAIN_CKPT_H
+
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_CKPT_FORMAT "dtrain-ckpt-1"
+
+/* Training state that is not tensors. */
+typedef struct dt_ckpt_state {
+    int64_t step;            /* optimizer steps completed */
+    int64_t epoch, index;    /* sampler position (global batches) */
+    uint64_t seed;
+    int64_t optim_t;         /* optimizer steps taken (bias correction) */
+    int world, zero;         /* layout written from */
+    int batch;               /* global batch */
+    dt_optim_kind optim;
+    int n_states;            /* optimizer state tensors per parameter: 0, 1 or 2 */
+    char config[2048];       /* the run's flags as JSON text (informational) */
+} dt_ckpt_state;
+
+/* One rank's share of the optimizer state: `n` runs of the arena, run i covers
+ * arena floats [arena_off[i], arena_off[i] + len[i]) and sits at state_off[i]
+ * in the rank's state arrays (dt_optim m/v). */
+typedef struct dt_ckpt_shard {
+    int n;
+    const size_t *arena_off, *len, *state_off;
+} dt_ckpt_shard;
+
+/* ---- writing ---------------------------------------------------------------- */
+typedef struct dt_ckpt_writer dt_ckpt_writer;
+
+/* dir: --ckpt-dir (created if missing). keep: how many complete checkpoints to
+ * keep (0 = all). timeout: how long rank 0 waits for the other ranks' files. */
+dt_status dt_ckpt_writer_create(dt_ckpt_writer **out, const char *dir, int rank, int world,
+                                int keep, double timeout);
+/* Waits for a persist in flight, then stops the thread. NULL ok. */
+void dt_ckpt_writer_destroy(dt_ckpt_writer *w);
+/* Takes an in-memory snapshot (parameters on rank 0; this rank's optimizer
+ * shard everywhere) and returns; a background thread writes it. If the previous
+ * persist is still running, waits for it first. Returns the error of the
+ * previous persist, if it failed. */
+dt_status dt_ckpt_save_async(dt_ckpt_writer *w, const dt_model *m, const dt_optim *o,
+                             const dt_ckpt_shard *shard, const dt_ckpt_state *state);
+/* Waits until nothing is in flight; returns the last persist's status. */
+dt_status dt_ckpt_flush(dt_ckpt_writer *w);
+/* Seconds the step loop spent taking snapshots (and waiting on back-pressure). */
+double dt_ckpt_blocking_seconds(const dt_ckpt_writer *w);
+
+/* ---- reading ---------------------------------------------------------------- */
+/* Checks a checkpoint directory completely: manifest, every file, every
+ * tensor's checksum. Fills state when not NULL. */
+dt_status dt_ckpt_verify(const char *path, dt_ckpt_state *state);
+/* Newest valid checkpoint under dir into path (capacity n). Invalid ones are
+ * reported with one warning line each and skipped. DT_ERR_IO when none. */
+dt_status dt_ckpt_find_latest(const char *dir, char *path, size_t n);
+/* Loads parameters into m->w and the full logical optimizer state into M and V
+ * (arena-indexed, m->n floats each; either may be NULL when not wanted). Shapes
+ * must match m. */
+dt_status dt_ckpt_load(const char *path, dt_model *m, float *M, float *V, dt_ckpt_state *state);
+/* Prints what a checkpoint holds and verifies every checksum (dtrain inspect). */
+dt_status dt_ckpt_inspect(const char *path, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

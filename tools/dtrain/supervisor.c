@@ -1,0 +1,165 @@
+/* The supervisor (--max-restarts K): runs the job as a child process (which
+ * starts the ranks through mpirun, or runs the single rank), and when it ends
+ * badly — a rank died of any signal or exit code, or a deadline expired (exit
+ * 3) — waits a back-off and starts it again from the newest valid checkpoint,
+ * up to K times, logging each restart with its cause. With --hostfile and no
+ * -n, the hostfile is read again before every attempt and the job runs on the
+ * slots it lists now (elastic down- and up-sizing); --min-nproc refuses fewer. */
+#include "supervisor.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t g_stop = 0;
+static volatile pid_t g_child = 0;
+
+static void on_signal(int sig) {
+    g_stop = sig;
+    if (g_child > 0) kill(g_child, sig);
+}
+
+int dt_hostfile_slots(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[1024];
+    int total = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *h = strchr(line, '#');
+        if (h) *h = '\0';
+        char host[512];
+        if (sscanf(line, "%511s", host) != 1) continue;
+        int slots = 1;
+        char *s = strstr(line, "slots=");
+        if (s) slots = atoi(s + 6);
+        if (slots < 1) slots = 1;
+        total += slots;
+    }
+    fclose(f);
+    return total;
+}
+
+static void describe(int status, char *buf, size_t n) {
+    if (WIFSIGNALED(status))
+        snprintf(buf, n, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else if (WEXITSTATUS(status) == 3)
+        snprintf(buf, n, "a communication deadline expired (exit 3)");
+    else
+        snprintf(buf, n, "exit code %d%s", WEXITSTATUS(status),
+                 WEXITSTATUS(status) > 128 ? " (a rank died of a signal)" : "");
+}
+
+static bool has_flag(int argc, char **argv, const char *f) {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], f) == 0) return true;
+    return false;
+}
+
+int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        fprintf(stderr, "dtrain: cannot find my own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    self[len] = '\0';
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    double backoff = cfg->backoff;
+    for (int attempt = 0;; attempt++) {
+        /* argv for this attempt: the user's, plus -n from the hostfile, plus resume. */
+        const char **av = calloc((size_t)argc + 8, sizeof *av);
+        if (!av) return 1;
+        int k = 0;
+        av[k++] = self;
+        for (int i = 1; i < argc; i++) av[k++] = argv[i];
+        char nbuf[32];
+        if (cfg->hostfile && !cfg->nproc_given) {
+            int slots = dt_hostfile_slots(cfg->hostfile);
+            if (slots < 1) {
+                fprintf(stderr, "dtrain: --hostfile %s lists no slots (or cannot be read)\n", cfg->hostfile);
+                free(av);
+                return 1;
+            }
+            if (slots < cfg->min_nproc) {
+                fprintf(stderr, "dtrain: --hostfile %s lists %d slots, fewer than --min-nproc %d; not starting\n",
+                        cfg->hostfile, slots, cfg->min_nproc);
+                free(av);
+                return 1;
+            }
+            snprintf(nbuf, sizeof nbuf, "%d", slots);
+            av[k++] = "-n";
+            av[k++] = nbuf;
+            if (attempt > 0) fprintf(stderr, "dtrain supervisor: %s lists %d slots now\n", cfg->hostfile, slots);
+        } else if (cfg->nproc_given && cfg->nproc < cfg->min_nproc) {
+            fprintf(stderr, "dtrain: -n %d is fewer than --min-nproc %d\n", cfg->nproc, cfg->min_nproc);
+            free(av);
+            return 2;
+        }
+        if (attempt > 0 && cfg->can_resume && !has_flag(argc, argv, "--resume")) {
+            av[k++] = "--resume";
+            av[k++] = "auto";
+        }
+        av[k] = NULL;
+        char abuf[32];
+        snprintf(abuf, sizeof abuf, "%d", attempt);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "dtrain: cannot start the job: %s\n", strerror(errno));
+            free(av);
+            return 1;
+        }
+        if (pid == 0) {
+            setenv("DTRAIN_SUPERVISED", "1", 1);
+            setenv("DTRAIN_ATTEMPT", abuf, 1);
+            execv(self, (char *const *)av);
+            fprintf(stderr, "dtrain: cannot run %s: %s\n", self, strerror(errno));
+            _exit(127);
+        }
+        free(av);
+        g_child = pid;
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        g_child = 0;
+        if (g_stop) {
+            fprintf(stderr, "dtrain supervisor: stopped by signal %d\n", (int)g_stop);
+            return 128 + (int)g_stop;
+        }
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+            if (attempt > 0) fprintf(stderr, "dtrain supervisor: the job finished after %d restart%s\n", attempt, attempt == 1 ? "" : "s");
+            return 0;
+        }
+        char why[256];
+        describe(status, why, sizeof why);
+        if (WIFEXITED(status) && (WEXITSTATUS(status) == 2 || WEXITSTATUS(status) == 1)) {
+            /* Usage errors and errors every rank hits alike (bad data, bad
+             * checkpoint) would fail again: do not restart on them. */
+            fprintf(stderr, "dtrain supervisor: the job failed (%s); not restarting an error that would repeat\n", why);
+            return WEXITSTATUS(status);
+        }
+        if (attempt >= cfg->max_restarts) {
+            fprintf(stderr, "dtrain supervisor: attempt %d ended: %s; no restarts left (--max-restarts %d)\n",
+                    attempt + 1, why, cfg->max_restarts);
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        fprintf(stderr, "dtrain supervisor: attempt %d ended: %s; restarting %s in %.1f s (restart %d of %d)\n",
+                attempt + 1, why, cfg->can_resume ? "from the newest valid checkpoint" : "from scratch (no --ckpt-dir)",
+                backoff, attempt + 1, cfg->max_restarts);
+        struct timespec ts = {(time_t)backoff, (long)((backoff - (double)(time_t)backoff) * 1e9)};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR && !g_stop) {
+        }
+        if (g_stop) return 128 + (int)g_stop;
+        backoff = backoff * 2 > 30 ? 30 : backoff * 2;
+    }
+}
