@@ -68,6 +68,12 @@ void dt_comm_set_max_segment(dt_comm *c, size_t bytes);
 /* Bytes this rank has sent through this communicator since creation. */
 uint64_t dt_comm_bytes_sent(const dt_comm *c);
 
+/* After a DT_ERR_TIMEOUT on c: every rank that timed out exchanges "I am here"
+ * with every other rank for up to `grace` seconds, and writes to buf which
+ * ranks reached the stalled operation and which did not (the late ones).
+ * Returns true on the lowest rank that arrived: the one to print the report. */
+bool dt_comm_diagnose(dt_comm *c, double grace, char *buf, size_t n);
+
 /* ---- point-to-point ------------------------------------------------------------ */
 typedef struct dt_req {
     void *impl;       /* MPI_Request storage (opaque) */

@@ -282,6 +282,29 @@ static void trace_hook(void *ctx, const char *name, int bucket, double t0, doubl
     dt_trace_event(t, name, comm_thread ? DT_TRACE_COMM : DT_TRACE_COMPUTE, t0, t1, -1, bucket);
 }
 
+/* On resume, drop metric lines of steps after the checkpoint (a crashed attempt
+ * may have logged them); they are logged again by the resumed run. */
+static void keep_metrics_upto(const char *path, int64_t step) {
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%.4000s.tmp", path);
+    FILE *o = fopen(tmp, "w");
+    if (!o) {
+        fclose(f);
+        return;
+    }
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"step\":");
+        long long sv = p ? atoll(p + 7) : 0;
+        if (!p || sv <= step) fputs(line, o);
+    }
+    fclose(f);
+    if (fclose(o) == 0) rename(tmp, path);
+    else remove(tmp);
+}
+
 /* ---- resume ------------------------------------------------------------------
  * Every rank reads the checkpoint (a shared file system for multi-host jobs),
  * takes the full logical parameters and its own shard of the optimizer state:
@@ -348,7 +371,7 @@ static void *watchdog_main(void *arg) {
         ts.tv_sec += 1;
         pthread_cond_timedwait(&g_wd_cv, &g_wd_mu, &ts);
         if (g_wd_step >= 0 && g_wd_limit > 0 && dt_now() - g_wd_last > g_wd_limit) {
-            fprintf(stderr, "dtrain: step %lld made no progress for %.0f s (watchdog, 2x --timeout); ending the job\n",
+            fprintf(stderr, "dtrain: step %lld made no progress for %.0f s (watchdog: 2x --timeout + 10 s); ending the job\n",
                     (long long)g_wd_step, g_wd_limit);
             fflush(stderr);
             _exit(3);
@@ -385,7 +408,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     bool lead = rank == 0;
     bool quiet = c->quiet || !lead;
     dt_comm_set_timeout(comm, c->timeout);
-    watchdog_start(2.0 * c->timeout);
+    watchdog_start(2.0 * c->timeout + 10.0);
 
     run_data d;
     dt_model *m = NULL;
@@ -430,6 +453,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     if (lead && c->out_dir) {
         if ((st = make_dir(c->out_dir))) goto done;
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
+        if (start_step > 0) keep_metrics_upto(path, start_step);
         metrics = fopen(path, start_step > 0 ? "a" : "w");
         if (!metrics) {
             st = dt_errorf(DT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
@@ -570,6 +594,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                         (double)lr, ips, now - t0, win_compute / (double)win_steps,
                         win_stats.exposed_s / (double)win_steps, win_stats.comm_s / (double)win_steps,
                         (unsigned long long)(win_stats.bytes_sent / (uint64_t)win_steps), world);
+            if (metrics) fflush(metrics);
             if (!quiet) {
                 char eta_s[32];
                 fmt_eta(eta_s, sizeof eta_s, eta);

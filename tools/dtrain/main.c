@@ -331,7 +331,14 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
         int code = st == DT_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_RUN;
         /* Faults of one rank are reported by the rank that saw them; errors every
          * rank hits alike (data, flags) once, by rank 0. */
-        if (rank == 0 || comm_fault) {
+        if (st == DT_ERR_TIMEOUT && size > 1) {
+            /* Find out who is late; the lowest rank that arrived reports. */
+            char what[1024], report[600];
+            snprintf(what, sizeof what, "%s", dt_error_msg());
+            double grace = c.cfg.timeout < 5 ? c.cfg.timeout : 5;
+            if (dt_comm_diagnose(world, grace, report, sizeof report))
+                fprintf(stderr, "%s: %s; %s\n", g_cmd, what, report);
+        } else if (rank == 0 || comm_fault) {
             if (size > 1) fprintf(stderr, "%s: rank %d: %s\n", g_cmd, rank, dt_error_msg());
             else fprintf(stderr, "%s: %s\n", g_cmd, dt_error_msg());
         }
