@@ -138,9 +138,14 @@ static dt_status add_tensor(dt_st_writer *sw, json_t *crcs, const char *name, in
     return dt_st_writer_add(sw, name, DT_F32, ndim, shape, data);
 }
 
+/* Ranks that own data write a file: every rank under ZeRO-1/2 (each holds a
+ * different optimizer shard), rank 0 alone under ZeRO-0 (all hold the same). */
+static int n_writers(const dt_ckpt_writer *w) { return w->state.zero ? w->world : 1; }
+
 static dt_status persist(dt_ckpt_writer *w) {
     const dt_model *m = w->model;
     const dt_ckpt_state *s = &w->state;
+    if (w->rank >= n_writers(w)) return DT_OK;
     char cdir[4096], path[4200];
     ckpt_name(cdir, sizeof cdir, w->dir, s->step);
     dt_status st = mkdir_p(cdir);
@@ -210,7 +215,7 @@ static dt_status persist(dt_ckpt_writer *w) {
     /* Rank 0: wait for every rank's file, then the manifest makes it count. */
     json_t *files = json_array();
     double t0 = dt_now();
-    for (int r = 0; r < w->world && !st; r++) {
+    for (int r = 0; r < n_writers(w) && !st; r++) {
         rank_file(path, sizeof path, cdir, r);
         struct stat sb;
         while (stat(path, &sb) != 0) {

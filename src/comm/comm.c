@@ -10,6 +10,7 @@
 
 #include <limits.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +24,9 @@ _Static_assert(sizeof(MPI_Request) <= sizeof(void *), "MPI_Request must fit in d
 /* Back-off of dt_waitall: yield for YIELD_NS, then sleep SLEEP_MIN_NS doubling
  * up to SLEEP_MAX_NS. A 1 MiB segment moves in ~200 us, so the cap keeps the
  * added latency within a segment time. */
-#define YIELD_NS 20000ull
-#define SLEEP_MIN_NS 2000ull
-#define SLEEP_MAX_NS 250000ull
+#define YIELD_NS 50000ull
+#define SLEEP_MIN_NS 5000ull
+#define SLEEP_MAX_NS 200000ull
 
 static bool g_mpi_by_us = false; /* we called MPI_Init_thread */
 
@@ -490,13 +491,21 @@ static dt_status timeout_fail(dt_comm *c, dt_req *reqs, int n, const char *what,
 }
 
 static void backoff(uint64_t waited_ns, uint64_t *sleep_ns) {
+    /* Linux rounds a sleep up by the thread's timer slack (50 us by default),
+     * which would make the first sleeps 10x longer than asked. */
+    static _Thread_local bool slack_set = false;
     if (waited_ns < YIELD_NS) {
         sched_yield();
         return;
     }
+    if (!slack_set) {
+        prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+        slack_set = true;
+    }
     struct timespec ts = {0, (long)*sleep_ns};
     nanosleep(&ts, NULL);
-    *sleep_ns = *sleep_ns * 2 > SLEEP_MAX_NS ? SLEEP_MAX_NS : *sleep_ns * 2;
+    *sleep_ns += *sleep_ns / 2;
+    if (*sleep_ns > SLEEP_MAX_NS) *sleep_ns = SLEEP_MAX_NS;
 }
 
 dt_status dt_waitall(dt_comm *c, dt_req *reqs, int n, const char *what) {
