@@ -26,6 +26,8 @@ fi
 cmake --build "$BUILD" --target bench_train >/dev/null
 BIN="$BUILD/bench_train"
 
+# (nproc obeys OMP_NUM_THREADS, so count the CPUs before setting it.)
+NCPU=$(nproc --all)
 # One BLAS/OpenMP thread everywhere (torch_bench.py sets these itself too).
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
@@ -38,7 +40,7 @@ if ! "$PY" -c 'import torch' 2>/dev/null; then
     echo "run.sh: PyTorch not importable from $PY (apt-get install python3-torch): PyTorch skipped" >&2
 fi
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $NCPU CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The sgemm peak first; torch's 1-thread check compares its matmul against it.
 "$BIN" --only peak | tee -a "$RAW" | grep -v '^RESULT'
@@ -97,7 +99,7 @@ END {
             ratio = d / t; ok = ratio >= tgt[w]
             tg = sprintf(">= %.2fx", tgt[w])
             if (w == "W1") { tg = tg " and >= 85% peak"; ok = ok && pct >= 85 }
-            printf "| %s | %s | %.0f | %.0f | %.2fx | %s | %s | %.1f | %.1f%% |\n", name[w], u, d, t, ratio, tg, ok ? "yes" : "NO", gf[w], pct
+            printf "| %s | %s | %.0f | %.0f | %.3fx | %s | %s | %.1f | %.1f%% |\n", name[w], u, d, t, ratio, tg, ok ? "yes" : "NO", gf[w], pct
         } else {
             printf "| %s | %s | %.0f | skipped | - | - | - | %.1f | %.1f%% |\n", name[w], u, d, gf[w], pct
         }

@@ -27,7 +27,7 @@ M="--model mlp --hidden 64,32 --batch 48 --steps 16 --optim adamw --lr 3e-3 --lo
 run ref2 -n 2 --zero 1 $M || fail "reference run"
 
 # --- kill -9 of one rank mid-run under the supervisor: bitwise identical ----------
-"$dt" train -n 2 --zero 1 $M --steps 16 --ckpt-dir "$tmp/ck_kill" --ckpt-every 4 --max-restarts 2 \
+"$dt" train -n 2 --zero 1 $M --steps 16 --ckpt-dir "$tmp/ck_kill" --ckpt-every 4 --max-restarts 2 --inject slow:rank=0:factor=50 \
     --restart-backoff 0.2 --out "$tmp/kill" > "$tmp/kill.log" 2>&1 &
 sup=$!
 victim=""
@@ -52,10 +52,10 @@ run crash -n 2 --zero 1 $M --ckpt-dir "$tmp/ck_crash" --ckpt-every 4 --max-resta
     --inject crash:rank=0:step=10
 if same_bits "$tmp/ref2" "$tmp/crash"; then ok "--inject crash: bitwise identical after restart"; else fail "--inject crash"; fi
 
-start=$(date +%s.%N)
+start=$SECONDS
 run hang -n 2 --zero 1 $M --ckpt-dir "$tmp/ck_hang" --ckpt-every 4 --max-restarts 2 --restart-backoff 0.2 \
     --timeout 2 --inject hang:rank=1:step=7
-took=$(echo "$(date +%s.%N) - $start" | bc)
+took=$((SECONDS - start))
 if same_bits "$tmp/ref2" "$tmp/hang" && grep -q "rank 1 did not" "$tmp/hang.log" && grep -q "step 7" "$tmp/hang.log"; then
   ok "--inject hang: detected ($(grep -o 'timed out after [0-9.]* s' "$tmp/hang.log" | head -1)), late rank named, bitwise identical after restart (${took}s total)"
 else fail "--inject hang"; cat "$tmp/hang.log" | head; fi

@@ -87,10 +87,20 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + blob)
 PY
 fi
 
+# Tokens of the safetensors header, so mutations stay close to valid JSON.
+dict="$work/safetensors.dict"
+for t in '"dtype"' '"shape"' '"data_offsets"' '"__metadata__"' '"F64"' '"F32"' '"F16"' \
+         '"BF16"' '"I64"' '"I32"' '"I16"' '"I8"' '"U8"' '"BOOL"' '[]' '{}' '[0,0]' \
+         '18446744073709551615' '9223372036854775807' '-1' '1e3' '\u0000' '\ud800'; do
+    printf '"%s"\n' "$(printf '%s' "$t" | sed 's/\\/\\\\/g; s/"/\\"/g')"
+done >"$dict"
+
 # ---- run -------------------------------------------------------------------------
 status=0
 for name in fuzz_safetensors fuzz_idx; do
     corpus="$work/corpus_${name#fuzz_}"
+    extra=()
+    [ "$name" = fuzz_safetensors ] && extra=(-dict="$dict")
     echo "== $name: $secs s, seeds: $(ls "$corpus" | wc -l)"
     # The IDX reader may allocate up to its 4 GiB cap from a forged header
     # before it sees the file is short (fuzz_idx skips the headers it can see do
@@ -100,7 +110,7 @@ for name in fuzz_safetensors fuzz_idx; do
       UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
       "./$name" -max_len=65536 -max_total_time="$secs" -timeout=10 \
         -rss_limit_mb=3072 -malloc_limit_mb=4200 -print_final_stats=1 \
-        -artifact_prefix="$work/$name-" "$corpus" >"$work/$name.log" 2>&1 )
+        "${extra[@]}" -artifact_prefix="$work/$name-" "$corpus" >"$work/$name.log" 2>&1 )
     rc=$?
     grep -E '^#[0-9]+.*DONE|stat::number_of_executed_units|stat::new_units_added' \
         "$work/$name.log" | tail -3
