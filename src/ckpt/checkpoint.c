@@ -504,9 +504,10 @@ static dt_status open_ckpt(const char *cpath, dt_ckpt_state *s, ckpt_files *cf, 
         return dt_errorf(DT_ERR_FORMAT, "%s: no manifest.json (the checkpoint was never completed)", cpath);
     json_error_t je;
     json_t *man = json_load_file(mpath, JSON_REJECT_DUPLICATES, &je);
+    if (!man) return dt_errorf(DT_ERR_FORMAT, "%s: manifest is not valid JSON (%s, line %d)", mpath, je.text, je.line);
     if (!json_is_object(man)) {
         json_decref(man);
-        return dt_errorf(DT_ERR_FORMAT, "%s: manifest is not valid JSON (%s, line %d)", mpath, je.text, je.line);
+        return dt_errorf(DT_ERR_FORMAT, "%s: manifest is not a JSON object", mpath);
     }
     dt_status st = DT_OK;
     const char *fmt = json_string_value(json_object_get(man, "format"));
