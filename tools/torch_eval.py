@@ -1,0 +1,89 @@
+"""Loads a dtrain weights file into PyTorch modules written the usual way and
+evaluates it on the Fashion-MNIST test set with torchvision-style ToTensor()
+inputs (x/255), printing "test accuracy XX.XX%". Shows that exported weights
+need no conversion. Run with Debian's python3-torch:
+    /usr/bin/python3 tools/torch_eval.py model.safetensors [DATA_DIR]
+"""
+import gzip
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(__file__))
+import fixturelib  # noqa: E402
+
+
+def read_idx(path):
+    op = gzip.open if path.endswith(".gz") else open
+    with op(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data[4 + 4 * ndim:], dtype=np.uint8).reshape(dims)
+
+
+def find(d, name):
+    for cand in (name, name + ".gz"):
+        p = os.path.join(d, cand)
+        if os.path.exists(p):
+            return p
+    raise FileNotFoundError(name)
+
+
+class MLP(nn.Module):
+    def __init__(self, sizes):
+        super().__init__()
+        for i in range(len(sizes) - 1):
+            setattr(self, f"fc{i + 1}", nn.Linear(sizes[i], sizes[i + 1]))
+        self.n = len(sizes) - 1
+
+    def forward(self, x):
+        x = x.flatten(1)
+        for i in range(self.n):
+            x = getattr(self, f"fc{i + 1}")(x)
+            if i < self.n - 1:
+                x = F.relu(x)
+        return x
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(3136, 1024)
+        self.fc2 = nn.Linear(1024, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def main():
+    path = sys.argv[1]
+    data = sys.argv[2] if len(sys.argv) > 2 else "/usr/share/datasets/fashion-mnist"
+    tensors, meta = fixturelib.load(path)
+    kind = meta.get("dtrain_model")
+    if kind == "mlp":
+        hidden = [int(h) for h in meta["hidden"].split(",") if h]
+        model = MLP([int(meta["in_dim"])] + hidden + [int(meta["n_classes"])])
+    elif kind == "cnn":
+        model = CNN()
+    else:
+        sys.exit(f"{path}: this script evaluates mlp and cnn files, not {kind}")
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=True)
+    x = torch.from_numpy(read_idx(find(data, "t10k-images-idx3-ubyte")).astype(np.float32) / 255.0).unsqueeze(1)
+    y = torch.from_numpy(read_idx(find(data, "t10k-labels-idx1-ubyte")).astype(np.int64))
+    with torch.no_grad():
+        pred = model(x).argmax(1)
+    print(f"test accuracy {100.0 * (pred == y).float().mean().item():.2f}%")
+
+
+if __name__ == "__main__":
+    main()
