@@ -329,7 +329,9 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_dp *dp, int6
         return dt_errorf(DT_ERR_NOMEM, "out of memory resuming from %s", path);
     }
     dt_ckpt_state s;
+    double tl = dt_now();
     st = dt_ckpt_load(path, m, M, V, &s);
+    tl = dt_now() - tl;
     if (!st && s.optim != c->optim.kind)
         st = dt_errorf(DT_ERR_INVALID, "%s was written with --optim %s; resume with the same optimizer", path,
                        s.optim == DT_OPTIM_ADAMW ? "adamw" : "sgd");
@@ -345,8 +347,8 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_dp *dp, int6
         pos[1] = s.index;
         *start_step = s.step;
         if (lead)
-            dt_log(DT_LOG_INFO, "resuming from %s (step %lld, written by %d rank%s with ZeRO-%d)", path,
-                   (long long)s.step, s.world, s.world == 1 ? "" : "s", s.zero);
+            dt_log(DT_LOG_INFO, "resuming from %s (step %lld, written by %d rank%s with ZeRO-%d; verified and loaded in %.3f s)",
+                   path, (long long)s.step, s.world, s.world == 1 ? "" : "s", s.zero, tl);
     }
     dt_free(M);
     dt_free(V);
