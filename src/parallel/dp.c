@@ -377,6 +377,8 @@ static void update_range(dt_dp *dp, size_t lo, size_t len, size_t state_off, con
         const float *g = g_is_arena ? gbase + a : gbase + so;
         dt_optim_update(dp->opt, m->w + a, g, so, e - a, lr,
                         p->decay ? dp->opt->cfg.weight_decay : 0.0f);
+        /* ZeRO-0: zero the gradient while it is still in cache; the next backward adds. */
+        if (g_is_arena && dp->cfg.zero == 0) memset(m->g + a, 0, (e - a) * sizeof(float));
     }
 }
 
@@ -413,7 +415,7 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
     }
     /* Zero what the next backward adds into. */
     if (dp->cfg.zero == 2) memset(dp->gshard, 0, dp->shard * sizeof(float));
-    else memset(m->g, 0, m->n * sizeof(float));
+    else if (dp->cfg.zero == 1) memset(m->g, 0, m->n * sizeof(float));
     if (dp->cfg.zero && dp->size > 1) {
         for (int k = 0; k < dp->nb; k++) {
             const bucket *b = &dp->b[k];
