@@ -45,6 +45,7 @@ struct dt_dp {
     int launched;             /* buckets handed over this backward */
     int completed;            /* buckets finished this backward */
     bool sync;                /* this backward communicates */
+    bool deferred;            /* end_backward left the wait to dt_dp_step (ZeRO-0) */
     bool quit;
     dt_status err;
     char errmsg[1024];
@@ -289,7 +290,14 @@ dt_status dt_dp_broadcast_params(dt_dp *dp) {
 
 /* ---- backward ------------------------------------------------------------------------ */
 
+static dt_status wait_upto(dt_dp *dp, int k);
+
 void dt_dp_begin_backward(dt_dp *dp, bool sync) {
+    if (dp->deferred) {
+        /* Not expected (dt_dp_step consumes it), but never reset under a running bucket. */
+        (void)wait_upto(dp, dp->nb - 1);
+        dp->deferred = false;
+    }
     dp->sync = sync || dp->cfg.zero == 2;
     pthread_mutex_lock(&dp->mu);
     dp->launched = 0;
@@ -343,20 +351,33 @@ void dt_dp_block_done(void *ctx, int block) {
     }
 }
 
-dt_status dt_dp_end_backward(dt_dp *dp) {
+/* Waits until buckets [0, k] are done (or a bucket failed). */
+static dt_status wait_upto(dt_dp *dp, int k) {
     double t0 = dt_now();
-    dt_status st = launch_upto(dp, dp->nb - 1);
-    if (st) return st;
-    if (!dp->thread_started || !dp->sync) return DT_OK;
     pthread_mutex_lock(&dp->mu);
-    while (dp->completed < dp->nb && !dp->err) pthread_cond_wait(&dp->cv, &dp->mu);
+    while (dp->completed <= k && !dp->err) pthread_cond_wait(&dp->cv, &dp->mu);
     /* After an error, wait for the thread to drain (it skips the rest). */
     while (dp->err && dp->completed < dp->launched) pthread_cond_wait(&dp->cv, &dp->mu);
-    st = dp->err;
+    dt_status st = dp->err;
     if (st) dt_errorf(st, "%s", dp->errmsg);
     pthread_mutex_unlock(&dp->mu);
     dp->stats.exposed_s += dt_now() - t0;
     return st;
+}
+
+dt_status dt_dp_end_backward(dt_dp *dp) {
+    double t0 = dt_now();
+    dt_status st = launch_upto(dp, dp->nb - 1);
+    dp->stats.exposed_s += dt_now() - t0;
+    if (st) return st;
+    if (!dp->thread_started || !dp->sync) return DT_OK;
+    /* ZeRO-0: dt_dp_step may update each bucket as soon as it is reduced,
+     * overlapping the optimizer with the last buckets' all-reduce. */
+    if (dp->cfg.zero == 0) {
+        dp->deferred = true;
+        return DT_OK;
+    }
+    return wait_upto(dp, dp->nb - 1);
 }
 
 /* ---- optimizer step -------------------------------------------------------------------- */
@@ -385,6 +406,13 @@ static void update_range(dt_dp *dp, size_t lo, size_t len, size_t state_off, con
 dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
     dt_model *m = dp->m;
     dt_status st;
+    /* Pipelined update (ZeRO-0 without clipping): bucket k is updated as soon
+     * as its all-reduce is done. Clipping needs every gradient first. */
+    bool pipelined = dp->deferred && max_norm <= 0 && !gnorm;
+    if (dp->deferred && !pipelined) {
+        dp->deferred = false;
+        if ((st = wait_upto(dp, dp->nb - 1))) return st;
+    }
     /* Global gradient norm over this rank's shard, summed across ranks. */
     if (max_norm > 0 || gnorm) {
         double ss = 0;
@@ -410,9 +438,14 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
     dt_optim_begin_step(dp->opt);
     for (int k = 0; k < dp->nb; k++) {
         const bucket *b = &dp->b[k];
+        if (pipelined && (st = wait_upto(dp, k))) {
+            dp->deferred = false;
+            return st;
+        }
         if (dp->cfg.zero == 2) update_range(dp, b->own_off, b->own_len, b->state_off, dp->gshard, false, lr);
         else update_range(dp, b->own_off, b->own_len, b->state_off, m->g, true, lr);
     }
+    dp->deferred = false;
     /* Zero what the next backward adds into. */
     if (dp->cfg.zero == 2) memset(dp->gshard, 0, dp->shard * sizeof(float));
     else if (dp->cfg.zero == 1) memset(m->g, 0, m->n * sizeof(float));
