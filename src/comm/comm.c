@@ -24,7 +24,7 @@ _Static_assert(sizeof(MPI_Request) <= sizeof(void *), "MPI_Request must fit in d
 /* Back-off of dt_waitall: yield for YIELD_NS, then sleep SLEEP_MIN_NS doubling
  * up to SLEEP_MAX_NS. A 1 MiB segment moves in ~200 us, so the cap keeps the
  * added latency within a segment time. */
-#define YIELD_NS 50000ull
+#define YIELD_NS 1000000ull
 #define SLEEP_MIN_NS 5000ull
 #define SLEEP_MAX_NS 200000ull
 
