@@ -284,6 +284,7 @@ static int run_error(void) {
 
 static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     cli c = {0};
+    c.backoff = -1; /* not given: 1 s */
     g_cmd = "dtrain train";
     int rc = prescan(argc, argv, &c);
     if (!rc) rc = parse_flags(argc, argv, &c, true);
@@ -295,7 +296,7 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     /* Flags are valid. Supervise (the child comes back here with DTRAIN_SUPERVISED). */
     if (c.max_restarts > 0 && !getenv("DTRAIN_SUPERVISED") && !dt_under_mpi_launcher()) {
         dt_supervise_cfg sc = {c.max_restarts, c.min_nproc, c.nproc, c.nproc > 0, c.hostfile,
-                               c.cfg.ckpt_dir != NULL, c.backoff > 0 ? c.backoff : 1.0};
+                               c.cfg.ckpt_dir != NULL, c.backoff >= 0 ? c.backoff : 1.0};
         return dt_supervise(full_argc, full_argv, &sc);
     }
     /* Start the ranks (returns only in a rank or a 1-process run). */
