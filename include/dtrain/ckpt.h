@@ -37,6 +37,7 @@ typedef struct dt_ckpt_state {
     uint64_t seed;
     int64_t optim_t;         /* optimizer steps taken (bias correction) */
     int world, zero;         /* layout written from */
+    int dp, pp, tp;          /* the mesh written from (informational) */
     int batch;               /* global batch */
     dt_optim_kind optim;
     int n_states;            /* optimizer state tensors per parameter: 0, 1 or 2 */
@@ -55,9 +56,11 @@ typedef struct dt_ckpt_shard {
 typedef struct dt_ckpt_writer dt_ckpt_writer;
 
 /* dir: --ckpt-dir (created if missing). keep: how many complete checkpoints to
- * keep (0 = all). timeout: how long rank 0 waits for the other ranks' files. */
+ * keep (0 = all). timeout: how long rank 0 waits for the other ranks' files.
+ * writers: the world ranks that write a file (those that own data), n_writers
+ * of them, rank 0 among them; NULL: every rank. */
 dt_status dt_ckpt_writer_create(dt_ckpt_writer **out, const char *dir, int rank, int world,
-                                int keep, double timeout);
+                                const int *writers, int n_writers, int keep, double timeout);
 /* Waits for a persist in flight, then stops the thread. NULL ok. */
 void dt_ckpt_writer_destroy(dt_ckpt_writer *w);
 /* Takes an in-memory snapshot (parameters on rank 0; this rank's optimizer
@@ -65,7 +68,8 @@ void dt_ckpt_writer_destroy(dt_ckpt_writer *w);
  * persist is still running, waits for it first. Returns the error of the
  * previous persist, if it failed. */
 dt_status dt_ckpt_save_async(dt_ckpt_writer *w, const dt_model *m, const dt_optim *o,
-                             const dt_ckpt_shard *shard, const dt_ckpt_state *state);
+                             const dt_ckpt_shard *shard, const bool *param_mask,
+                             const dt_ckpt_state *state);
 /* Waits until nothing is in flight; returns the last persist's status. */
 dt_status dt_ckpt_flush(dt_ckpt_writer *w);
 /* Seconds the step loop spent taking snapshots (and waiting on back-pressure). */

@@ -130,9 +130,14 @@ typedef struct dt_acts {
     float *dbuf[2];             /* boundary gradients, ping-pong */
     float *mem;
     size_t n_floats;            /* total floats held */
+    bool shared;                /* saved and scratch belong to another dt_acts */
 } dt_acts;
 
 dt_status dt_acts_create(dt_acts **out, const dt_model *m, int first, int last, int maxB);
+/* Like dt_acts_create, but the saved activations and scratch are those of
+ * `share` (same range and maxB): for activation recomputation, where only the
+ * block inputs are kept per micro-batch. */
+dt_status dt_acts_create_shared(dt_acts **out, const dt_model *m, const dt_acts *share);
 void dt_acts_destroy(dt_acts *a); /* NULL ok */
 
 /* Forward through the acts' block range. `in` is the input of the first block
@@ -147,6 +152,10 @@ typedef void (*dt_block_done_fn)(void *ctx, int block);
  * NULL, receives (adds) the gradient of the range's input. */
 void dt_model_backward(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
                        float *din, dt_block_done_fn done, void *ctx);
+/* Backward with recomputation: before each block's backward, its forward is
+ * run again from its kept input to rebuild the saved activations. */
+void dt_model_backward_recompute(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
+                                 float *din, dt_block_done_fn done, void *ctx);
 /* Classifiers, after a forward: how many of the batch's samples are argmax-correct. */
 int dt_model_count_correct(const dt_model *m, const dt_acts *a, const dt_batch *b);
 

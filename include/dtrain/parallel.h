@@ -36,6 +36,8 @@ typedef struct dt_dp_cfg {
     size_t bucket_bytes;     /* minimum bucket size (default 4 MiB) */
     int zero;                /* 0, 1 or 2 */
     bool overlap;            /* communication thread overlapping backward (default on) */
+    int first_block, last_block; /* the block range this rank trains (a pipeline stage); -1: all */
+    dt_comm *norm_comm;      /* also sum the gradient norm over this comm (pipeline stages); NULL: none */
 } dt_dp_cfg;
 
 typedef struct dt_dp_mem {

@@ -8,6 +8,7 @@
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/parallel.h"
+#include "dtrain/pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +57,10 @@ typedef struct dt_train_cfg {
     int ckpt_keep;           /* complete checkpoints kept (0: all) [3] */
     const char *resume;      /* NULL, "auto" (newest valid in ckpt_dir) or a checkpoint path */
     const char *config_json; /* the flags as JSON, stored in checkpoints (may be NULL) */
+    /* pipeline */
+    int pp;                  /* pipeline stages [1] */
+    dt_pipe_cfg pipe;        /* micro-batches, schedule, recompute */
+    const char *pp_partition;/* "auto", "uniform" or block counts "2,3,1" [uniform] */
 } dt_train_cfg;
 
 typedef struct dt_train_result {
@@ -70,6 +75,7 @@ typedef struct dt_train_result {
     uint64_t bytes_sent;     /* whole run, this rank */
     int64_t resumed_from;    /* step of the checkpoint resumed from, -1 if none */
     double ckpt_blocking_s;  /* time the step loop spent on checkpoint snapshots */
+    double pp_idle_frac;     /* pipeline: largest idle fraction of any stage */
 } dt_train_result;
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);

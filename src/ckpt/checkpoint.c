@@ -108,6 +108,9 @@ static void rank_file(char *buf, size_t n, const char *cdir, int rank) {
 struct dt_ckpt_writer {
     char *dir;
     int rank, world, keep;
+    int *writers, n_writers;  /* world ranks that write a file */
+    bool writes;              /* this rank is one of them */
+    bool *mask;               /* parameters this rank writes (snapshot) */
     double timeout;
     pthread_t thread;
     bool started;
@@ -138,14 +141,10 @@ static dt_status add_tensor(dt_st_writer *sw, json_t *crcs, const char *name, in
     return dt_st_writer_add(sw, name, DT_F32, ndim, shape, data);
 }
 
-/* Ranks that own data write a file: every rank under ZeRO-1/2 (each holds a
- * different optimizer shard), rank 0 alone under ZeRO-0 (all hold the same). */
-static int n_writers(const dt_ckpt_writer *w) { return w->state.zero ? w->world : 1; }
-
 static dt_status persist(dt_ckpt_writer *w) {
     const dt_model *m = w->model;
     const dt_ckpt_state *s = &w->state;
-    if (w->rank >= n_writers(w)) return DT_OK;
+    if (!w->writes) return DT_OK;
     char cdir[4096], path[4200];
     ckpt_name(cdir, sizeof cdir, w->dir, s->step);
     dt_status st = mkdir_p(cdir);
@@ -155,11 +154,10 @@ static dt_status persist(dt_ckpt_writer *w) {
     char (*names)[160] = NULL;
     char *crc_text = NULL, *slice_text = NULL;
     if ((st = dt_st_writer_create(&sw))) goto out;
-    if (w->rank == 0)
-        for (int i = 0; i < m->n_params && !st; i++) {
-            const dt_param *p = &m->params[i];
-            st = add_tensor(sw, crcs, p->name, p->ndim, p->shape, w->params + p->offset, p->numel);
-        }
+    for (int i = 0; i < m->n_params && !st; i++) {
+        const dt_param *p = &m->params[i];
+        if (w->mask[i]) st = add_tensor(sw, crcs, p->name, p->ndim, p->shape, w->params + p->offset, p->numel);
+    }
     /* Optimizer slices: one per (state, parameter, run) overlap. Names must outlive
      * the writer, so keep them in one array. */
     size_t max_slices = (size_t)w->nruns * (size_t)m->n_params * (size_t)(w->n_states ? w->n_states : 1);
@@ -215,7 +213,8 @@ static dt_status persist(dt_ckpt_writer *w) {
     /* Rank 0: wait for every rank's file, then the manifest makes it count. */
     json_t *files = json_array();
     double t0 = dt_now();
-    for (int r = 0; r < n_writers(w) && !st; r++) {
+    for (int wi = 0; wi < w->n_writers && !st; wi++) {
+        int r = w->writers[wi];
         rank_file(path, sizeof path, cdir, r);
         struct stat sb;
         while (stat(path, &sb) != 0) {
@@ -250,6 +249,9 @@ static dt_status persist(dt_ckpt_writer *w) {
     json_object_set_new(man, "world", json_integer(s->world));
     json_object_set_new(man, "zero", json_integer(s->zero));
     json_object_set_new(man, "batch", json_integer(s->batch));
+    char lay[96];
+    snprintf(lay, sizeof lay, "dp=%d,pp=%d,tp=%d", s->dp, s->pp, s->tp);
+    json_object_set_new(man, "layout", json_string(lay));
     json_object_set_new(man, "written", json_real(dt_wall_time()));
     json_t *model = json_object();
     for (int i = 0; i < nkv; i++) json_object_set_new(model, kv[2 * i], json_string(kv[2 * i + 1]));
@@ -339,7 +341,7 @@ static void *writer_thread(void *arg) {
 }
 
 dt_status dt_ckpt_writer_create(dt_ckpt_writer **out, const char *dir, int rank, int world,
-                                int keep, double timeout) {
+                                const int *writers, int n_writers, int keep, double timeout) {
     *out = NULL;
     dt_status st = mkdir_p(dir);
     if (st) return st;
@@ -350,6 +352,16 @@ dt_status dt_ckpt_writer_create(dt_ckpt_writer **out, const char *dir, int rank,
     w->world = world;
     w->keep = keep;
     w->timeout = timeout > 0 ? timeout : 600;
+    w->n_writers = writers ? n_writers : world;
+    w->writers = dt_calloc((size_t)w->n_writers, sizeof(int));
+    if (!w->writers) {
+        dt_ckpt_writer_destroy(w);
+        return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < w->n_writers; i++) {
+        w->writers[i] = writers ? writers[i] : i;
+        w->writes |= w->writers[i] == rank;
+    }
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (!w->dir || pthread_create(&w->thread, NULL, writer_thread, w) != 0) {
@@ -373,6 +385,8 @@ void dt_ckpt_writer_destroy(dt_ckpt_writer *w) {
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     dt_free(w->dir);
+    dt_free(w->writers);
+    dt_free(w->mask);
     dt_free(w->params);
     dt_free(w->st[0]);
     dt_free(w->st[1]);
@@ -395,7 +409,8 @@ dt_status dt_ckpt_flush(dt_ckpt_writer *w) { return w ? wait_idle(w) : DT_OK; }
 double dt_ckpt_blocking_seconds(const dt_ckpt_writer *w) { return w ? w->blocking_s : 0; }
 
 dt_status dt_ckpt_save_async(dt_ckpt_writer *w, const dt_model *m, const dt_optim *o,
-                             const dt_ckpt_shard *shard, const dt_ckpt_state *state) {
+                             const dt_ckpt_shard *shard, const bool *param_mask,
+                             const dt_ckpt_state *state) {
     double t0 = dt_now();
     dt_status st = wait_idle(w);
     if (st) return st;
@@ -403,7 +418,12 @@ dt_status dt_ckpt_save_async(dt_ckpt_writer *w, const dt_model *m, const dt_opti
     w->state = *state;
     w->n_states = n_states_of(o);
     w->state.n_states = w->n_states;
-    if (w->rank == 0) {
+    dt_free(w->mask);
+    w->mask = dt_calloc((size_t)m->n_params + 1, sizeof(bool));
+    if (!w->mask) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    bool any = false;
+    for (int i = 0; i < m->n_params; i++) any |= (w->mask[i] = param_mask && param_mask[i]);
+    if (any) {
         if (w->params_cap < m->n) {
             dt_free(w->params);
             w->params = dt_alloc_floats(m->n);
@@ -538,6 +558,13 @@ static dt_status open_ckpt(const char *cpath, dt_ckpt_state *s, ckpt_files *cf, 
         goto fail;
     }
     tmp.optim = strcmp(on, "adamw") == 0 ? DT_OPTIM_ADAMW : DT_OPTIM_SGD;
+    tmp.dp = tmp.world;
+    tmp.pp = tmp.tp = 1;
+    const char *lay = json_string_value(json_object_get(man, "layout"));
+    if (lay && sscanf(lay, "dp=%d,pp=%d,tp=%d", &tmp.dp, &tmp.pp, &tmp.tp) != 3) {
+        st = dt_errorf(DT_ERR_FORMAT, "%s: manifest 'layout' = '%s' is malformed", mpath, lay);
+        goto fail;
+    }
     json_t *cfg = json_object_get(man, "config");
     if (cfg) {
         char *t = json_dumps(cfg, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -750,8 +777,8 @@ dt_status dt_ckpt_inspect(const char *path, FILE *out) {
     fprintf(out, "checkpoint %s\n", path);
     fprintf(out, "  format %s, step %lld, sampler epoch %lld index %lld, seed %llu\n", DT_CKPT_FORMAT,
             (long long)s.step, (long long)s.epoch, (long long)s.index, (unsigned long long)s.seed);
-    fprintf(out, "  written by %d rank%s with ZeRO-%d, global batch %d, %s (step count %lld, %d state tensor%s per parameter)\n",
-            s.world, s.world == 1 ? "" : "s", s.zero, s.batch, s.optim == DT_OPTIM_ADAMW ? "adamw" : "sgd",
+    fprintf(out, "  written by %d rank%s (dp=%d pp=%d tp=%d) with ZeRO-%d, global batch %d, %s (step count %lld, %d state tensor%s per parameter)\n",
+            s.world, s.world == 1 ? "" : "s", s.dp, s.pp, s.tp, s.zero, s.batch, s.optim == DT_OPTIM_ADAMW ? "adamw" : "sgd",
             (long long)s.optim_t, s.n_states, s.n_states == 1 ? "" : "s");
     json_t *model = json_object_get(man, "model");
     if (json_is_object(model)) {

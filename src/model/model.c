@@ -280,6 +280,44 @@ nomem:
     return dt_errorf(DT_ERR_NOMEM, "cannot allocate activations for batch %d", maxB);
 }
 
+dt_status dt_acts_create_shared(dt_acts **out, const dt_model *m, const dt_acts *share) {
+    *out = NULL;
+    int first = share->first, last = share->last, nb = last - first + 1;
+    size_t B = (size_t)share->maxB, total = 0, maxdim = 0;
+    for (int i = 0; i <= nb; i++) {
+        size_t dim = i < nb ? m->blocks[first + i].in_dim : m->blocks[last].out_dim;
+        if (dim > maxdim) maxdim = dim;
+        total += round16(dim * B);
+    }
+    total += 2 * round16(maxdim * B);
+    dt_acts *a = dt_calloc(1, sizeof *a);
+    if (!a) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    a->first = first;
+    a->last = last;
+    a->maxB = share->maxB;
+    a->shared = true;
+    a->bound = dt_calloc((size_t)nb + 1, sizeof(float *));
+    a->saved = dt_calloc((size_t)nb, sizeof(float *));
+    a->mem = dt_alloc_floats(total);
+    if (!a->bound || !a->saved || !a->mem) {
+        dt_acts_destroy(a);
+        return dt_errorf(DT_ERR_NOMEM, "cannot allocate activations for batch %d", share->maxB);
+    }
+    a->n_floats = total;
+    float *p = a->mem;
+    for (int i = 0; i <= nb; i++) {
+        size_t dim = i < nb ? m->blocks[first + i].in_dim : m->blocks[last].out_dim;
+        a->bound[i] = p;
+        p += round16(dim * B);
+    }
+    for (int i = 0; i < nb; i++) a->saved[i] = share->saved[i];
+    a->scratch = share->scratch;
+    a->dbuf[0] = p;
+    a->dbuf[1] = p + round16(maxdim * B);
+    *out = a;
+    return DT_OK;
+}
+
 void dt_acts_destroy(dt_acts *a) {
     if (!a) return;
     dt_free(a->bound);
@@ -327,6 +365,33 @@ void dt_model_backward(dt_model *m, dt_acts *a, const dt_batch *b, const float *
         const float *bin = (a->first + i == 0) ? NULL : a->bound[i];
         blk->ops->backward(blk, m->w, m->g, b, bin, a->bound[i + 1], d, dprev, a->saved[i],
                            a->scratch);
+        if (done) done(ctx, a->first + i);
+        d = dprev;
+    }
+}
+
+void dt_model_backward_recompute(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
+                                 float *din, dt_block_done_fn done, void *ctx) {
+    int nb = a->last - a->first + 1;
+    const float *d = dout;
+    int which = 0;
+    for (int i = nb - 1; i >= 0; i--) {
+        const dt_block *blk = &m->blocks[a->first + i];
+        const float *bin = (a->first + i == 0) ? NULL : a->bound[i];
+        /* Rebuild this block's saved activations (its output is rewritten with
+         * the same values). */
+        blk->ops->forward(blk, m->w, b, bin, a->bound[i + 1], a->saved[i], a->scratch);
+        float *dprev = NULL;
+        if (a->first + i > 0) {
+            if (i == 0) {
+                dprev = din;
+            } else {
+                dprev = a->dbuf[which];
+                which ^= 1;
+                memset(dprev, 0, (size_t)b->B * blk->in_dim * sizeof(float));
+            }
+        }
+        blk->ops->backward(blk, m->w, m->g, b, bin, a->bound[i + 1], d, dprev, a->saved[i], a->scratch);
         if (done) done(ctx, a->first + i);
         d = dprev;
     }

@@ -63,6 +63,8 @@ void dt_dp_cfg_default(dt_dp_cfg *c) {
     c->bucket_bytes = 4u << 20;
     c->zero = 0;
     c->overlap = true;
+    c->first_block = c->last_block = -1;
+    c->norm_comm = NULL;
 }
 
 /* ---- the collective of one bucket ------------------------------------------- */
@@ -153,7 +155,10 @@ static dt_status build_buckets(dt_dp *dp) {
     if (!dp->b || !dp->block_bucket) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     int k = -1;
     size_t cur = 0;
-    for (int i = m->n_blocks - 1; i >= 0; i--) {
+    int first = dp->cfg.first_block < 0 ? 0 : dp->cfg.first_block;
+    int last = dp->cfg.last_block < 0 ? m->n_blocks - 1 : dp->cfg.last_block;
+    for (int i = 0; i < m->n_blocks; i++) dp->block_bucket[i] = -1;
+    for (int i = last; i >= first; i--) {
         const dt_block *blk = &m->blocks[i];
         if (k < 0 || cur >= min_floats) {
             k++;
@@ -342,7 +347,7 @@ static dt_status launch_upto(dt_dp *dp, int k) {
 void dt_dp_block_done(void *ctx, int block) {
     dt_dp *dp = ctx;
     int k = dp->block_bucket[block];
-    if (dp->b[k].first_block == block) {
+    if (k >= 0 && dp->b[k].first_block == block) {
         if (dp->g_mapped && dp->sync && dp->size > 1) {
             size_t r = resident_bytes(dp);
             if (r > dp->staging_peak) dp->staging_peak = r;
@@ -417,22 +422,19 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
     if (max_norm > 0 || gnorm) {
         double ss = 0;
         if (dp->cfg.zero == 2) ss = dt_sumsq(dp->gshard, dp->shard);
-        else if (dp->cfg.zero == 1)
+        else
             for (int k = 0; k < dp->nb; k++) ss += dt_sumsq(m->g + dp->b[k].own_off, dp->b[k].own_len);
-        else ss = dt_sumsq(m->g, m->n);
-        if (dp->cfg.zero && dp->size > 1) {
-            double t0 = dt_now();
-            if ((st = dt_allreduce_f64(dp->comm, &ss, 1))) return st;
-            dp->stats.exposed_s += dt_now() - t0;
-        }
+        double t0 = dt_now();
+        if (dp->cfg.zero && dp->size > 1 && (st = dt_allreduce_f64(dp->comm, &ss, 1))) return st;
+        if (dp->cfg.norm_comm && (st = dt_allreduce_f64(dp->cfg.norm_comm, &ss, 1))) return st;
+        dp->stats.exposed_s += dt_now() - t0;
         double norm = sqrt(ss);
         if (gnorm) *gnorm = norm;
         float f = dt_clip_factor(norm, max_norm);
         if (max_norm > 0 && f < 1.0f) {
             if (dp->cfg.zero == 2) dt_scale(dp->gshard, dp->shard, f);
-            else if (dp->cfg.zero == 1)
+            else
                 for (int k = 0; k < dp->nb; k++) dt_scale(m->g + dp->b[k].own_off, dp->b[k].own_len, f);
-            else dt_scale(m->g, m->n, f);
         }
     }
     dt_optim_begin_step(dp->opt);

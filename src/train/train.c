@@ -33,6 +33,9 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->accum = 1;
     c->timeout = 60.0;
     c->ckpt_keep = 3;
+    c->pp = 1;
+    c->pipe.micro_batches = 1;
+    c->pipe.schedule = DT_SCHED_1F1B;
     dt_dp_cfg_default(&c->dp);
     if (kind == DT_MODEL_GPT) {
         c->batch = 16;
@@ -80,6 +83,10 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->dp.zero < 0 || c->dp.zero > 2) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1 or 2");
     if (c->dp.bucket_bytes < 4) return dt_errorf(DT_ERR_INVALID, "--bucket-mb is too small");
     if (c->ckpt_every < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-every must be >= 0");
+    if (c->pp < 1 || c->pp > 256) return dt_errorf(DT_ERR_INVALID, "--pp %d is out of range [1, 256]", c->pp);
+    if (c->pipe.micro_batches < 1) return dt_errorf(DT_ERR_INVALID, "--micro-batches must be >= 1");
+    if (c->pp > 1 && c->accum > 1)
+        return dt_errorf(DT_ERR_INVALID, "--accum is for data parallelism alone; with --pp use --micro-batches");
     if (c->ckpt_keep < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-keep must be >= 0");
     if ((c->ckpt_every > 0 || (c->resume && strcmp(c->resume, "auto") == 0)) && !c->ckpt_dir)
         return dt_errorf(DT_ERR_INVALID, "--ckpt-every and --resume auto need --ckpt-dir DIR");
@@ -196,12 +203,12 @@ static void batch_buf_free(batch_buf *b) {
  * Each rank evaluates its contiguous share of the test set (or validation
  * windows); sums are combined across ranks. */
 static dt_status evaluate(const dt_model *m, dt_acts *a, const run_data *d, batch_buf *bb, int B,
-                          int eval_max, dt_comm *comm, float *acc, float *loss) {
-    int rank = dt_comm_rank(comm), size = dt_comm_size(comm);
+                          int eval_max, dt_comm *comm, dt_pipe *pipe, int share, int shares,
+                          bool counts, float *acc, float *loss) {
     double sums[3] = {0, 0, 0}; /* loss sum, correct, loss terms (or samples) */
     int64_t total = d->lm ? dt_corpus_val_windows(&d->corpus, d->T) : d->test.n;
     if (d->lm && eval_max > 0 && total > eval_max) total = eval_max;
-    int64_t lo = total * rank / size, hi = total * (rank + 1) / size;
+    int64_t lo = total * share / shares, hi = total * (share + 1) / shares;
     for (int64_t first = lo; first < hi; first += B) {
         int b = (int)((hi - first) < B ? (hi - first) : B);
         dt_batch batch = {.B = b, .targets = bb->targets, .loss_scale = 1.0f};
@@ -213,14 +220,69 @@ static dt_status evaluate(const dt_model *m, dt_acts *a, const run_data *d, batc
             dt_imageset_gather(&d->test, bb->idx, b, bb->x, bb->targets);
             batch.x = bb->x;
         }
-        sums[0] += dt_model_forward(m, a, &batch, NULL);
-        if (!d->lm) sums[1] += dt_model_count_correct(m, a, &batch);
-        sums[2] += (double)b * (d->lm ? d->T : 1);
+        if (pipe) {
+            double l, cc;
+            dt_status st = dt_pipe_eval(pipe, &batch, &l, &cc);
+            if (st) return st;
+            sums[0] += l;
+            sums[1] += cc;
+        } else {
+            sums[0] += dt_model_forward(m, a, &batch, NULL);
+            if (!d->lm) sums[1] += dt_model_count_correct(m, a, &batch);
+        }
+        if (counts) sums[2] += (double)b * (d->lm ? d->T : 1);
     }
     dt_status st = dt_allreduce_f64(comm, sums, 3);
     if (st) return st;
     *acc = d->lm ? -1.0f : (sums[2] > 0 ? (float)(sums[1] / sums[2]) : NAN);
     *loss = sums[2] > 0 ? (float)(sums[0] / sums[2]) : NAN;
+    return DT_OK;
+}
+
+/* Per-block forward+backward time of the whole model on one micro-batch (median
+ * of 3), for --pp-partition auto. Gradients are cleared afterwards. */
+static dt_status profile_blocks(dt_model *m, const dt_batch *b, double *cost) {
+    dt_acts *a = NULL;
+    dt_status st = dt_acts_create(&a, m, 0, m->n_blocks - 1, b->B);
+    if (st) return st;
+    int n = m->n_blocks;
+    double *runs = dt_calloc((size_t)n * 3, sizeof(double));
+    if (!runs) {
+        dt_acts_destroy(a);
+        return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    }
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < n; i++) {
+            const dt_block *blk = &m->blocks[i];
+            double t0 = dt_now();
+            blk->ops->forward(blk, m->w, b, i ? a->bound[i] : NULL, a->bound[i + 1], a->saved[i], a->scratch);
+            runs[(size_t)i * 3 + (size_t)r] = dt_now() - t0;
+        }
+        const float *dout = NULL;
+        int which = 0;
+        for (int i = n - 1; i >= 0; i--) {
+            const dt_block *blk = &m->blocks[i];
+            float *dprev = NULL;
+            if (i > 0) {
+                dprev = a->dbuf[which];
+                which ^= 1;
+                memset(dprev, 0, (size_t)b->B * blk->in_dim * sizeof(float));
+            }
+            double t0 = dt_now();
+            blk->ops->backward(blk, m->w, m->g, b, i ? a->bound[i] : NULL, a->bound[i + 1], dout, dprev,
+                               a->saved[i], a->scratch);
+            runs[(size_t)i * 3 + (size_t)r] += dt_now() - t0;
+            dout = dprev;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        double *x = runs + (size_t)i * 3;
+        double lo = x[0] < x[1] ? x[0] : x[1], hi = x[0] < x[1] ? x[1] : x[0];
+        cost[i] = x[2] < lo ? lo : (x[2] > hi ? hi : x[2]);
+    }
+    dt_model_zero_grad(m);
+    dt_free(runs);
+    dt_acts_destroy(a);
     return DT_OK;
 }
 
@@ -418,6 +480,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     dt_dp *dp = NULL;
     dt_trace *trace = NULL;
     dt_ckpt_writer *ckw = NULL;
+    dt_comm *dpc = comm, *ppc = NULL;
+    dt_pipe *pipe = NULL;
+    int *writers = NULL;
+    bool *pmask = NULL;
     int64_t sampler_pos[2] = {-1, -1};
     batch_buf bb = {0};
     dt_sampler sampler = {0};
@@ -432,26 +498,113 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     if ((st = dt_model_create(&m, &c->model))) goto done;
     dt_model_init(m, c->seed);
     if (c->init && (st = dt_weights_load(m, c->init))) goto done;
-    if ((st = dt_dp_create(&dp, m, comm, &c->dp, &c->optim))) goto done;
+
+    /* The mesh: pp stages (outer) x dp replicas (inner); rank = stage*D + replica. */
+    int P = c->pp, D = world / P;
+    if (world % P) {
+        st = dt_errorf(DT_ERR_INVALID, "%d ranks do not split into --pp %d stages (the world must be dp x pp)", world, P);
+        goto done;
+    }
+    if (P > m->n_blocks) {
+        st = dt_errorf(DT_ERR_INVALID, "--pp %d: the %s has only %d blocks", P, dt_model_kind_name(m->cfg.kind), m->n_blocks);
+        goto done;
+    }
+    int stage = rank / D, replica = rank % D;
+    if (P > 1) {
+        if ((st = dt_comm_split(comm, stage, replica, &dpc))) goto done;
+        if ((st = dt_comm_split(comm, replica, stage, &ppc))) goto done;
+        dt_comm_set_timeout(dpc, c->timeout);
+        dt_comm_set_timeout(ppc, c->timeout);
+    }
+    int B = c->batch;
+    int local_max = (B + D - 1) / D;                   /* largest shard of a global batch */
+    int micro_max = P > 1 ? (local_max + c->pipe.micro_batches - 1) / c->pipe.micro_batches
+                          : (local_max + c->accum - 1) / c->accum;
+    if (micro_max < 1) micro_max = 1;
+    int eB = d.lm ? (micro_max > 16 ? micro_max : 16) : 256;
+    if ((st = batch_buf_init(&bb, m, eB > local_max ? eB : local_max, d.T))) goto done;
+
+    dt_partition part;
+    dt_dp_cfg dcfg = c->dp;
+    if (P > 1) {
+        const char *spec = c->pp_partition ? c->pp_partition : "uniform";
+        if (strcmp(spec, "uniform") == 0) {
+            dt_partition_uniform(m->n_blocks, P, &part);
+        } else if (strcmp(spec, "auto") == 0) {
+            /* Rank 0 times every block on a micro-batch of real data; all ranks split alike. */
+            double *cost = dt_calloc((size_t)m->n_blocks, sizeof(double));
+            if (!cost) {
+                st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            if (rank == 0) {
+                for (int i = 0; i < micro_max; i++) bb.idx[i] = i % d.n_train;
+                dt_batch pb = {.B = micro_max, .targets = bb.targets, .loss_scale = 1.0f / (float)micro_max};
+                if (d.lm) {
+                    dt_corpus_gather(&d.corpus, bb.idx, micro_max, d.T, 0, bb.tokens, bb.targets);
+                    pb.tokens = bb.tokens;
+                } else {
+                    dt_imageset_gather(&d.train, bb.idx, micro_max, bb.x, bb.targets);
+                    pb.x = bb.x;
+                }
+                st = profile_blocks(m, &pb, cost);
+            }
+            if (!st) st = dt_bcast(comm, cost, (size_t)m->n_blocks * sizeof(double), 0, DT_ALGO_AUTO);
+            if (!st) {
+                double bottleneck = dt_partition_best(cost, m->n_blocks, P, &part);
+                if (lead && !quiet) {
+                    char desc[512];
+                    size_t u = 0;
+                    for (int k = 0; k < P && u < sizeof desc; k++)
+                        u += (size_t)snprintf(desc + u, sizeof desc - u, "%s%d", k ? "," : "", part.first[k + 1] - part.first[k]);
+                    dt_log(DT_LOG_INFO, "auto partition from measured block times: %s blocks per stage (bottleneck %.2f ms per micro-batch)",
+                           desc, 1e3 * bottleneck);
+                }
+            }
+            dt_free(cost);
+            if (st) goto done;
+        } else if ((st = dt_partition_parse(spec, m->n_blocks, P, &part))) {
+            goto done;
+        }
+        dcfg.first_block = part.first[stage];
+        dcfg.last_block = part.first[stage + 1] - 1;
+        dcfg.norm_comm = ppc;
+    }
+    if ((st = dt_dp_create(&dp, m, dpc, &dcfg, &c->optim))) goto done;
     if ((st = dt_dp_broadcast_params(dp))) goto done;
+    if (P > 1 && (st = dt_pipe_create(&pipe, m, ppc, &part, &c->pipe, micro_max))) goto done;
     int64_t start_step = 0;
     res->resumed_from = -1;
     if (c->resume && (st = resume_from(c, m, dp, sampler_pos, &start_step, lead))) goto done;
     if (start_step > 0) res->resumed_from = start_step;
 
-    int B = c->batch;
-    int local_max = (B + world - 1) / world;           /* largest shard of a global batch */
-    int micro_max = (local_max + c->accum - 1) / c->accum;
-    if (micro_max < 1) micro_max = 1;
     int64_t steps_per_epoch = (d.n_train + B - 1) / B;
     int64_t total = c->steps > 0 ? c->steps : c->epochs * steps_per_epoch;
-    int eB = d.lm ? (micro_max > 16 ? micro_max : 16) : 256;
-    if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, micro_max))) goto done;
-    if ((st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, eB))) goto done;
-    if ((st = batch_buf_init(&bb, m, eB > local_max ? eB : local_max, d.T))) goto done;
-    if ((st = dt_sampler_init(&sampler, d.n_train, c->seed, true, false, rank, world))) goto done;
+    if (!pipe) {
+        if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, micro_max))) goto done;
+        if ((st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, eB))) goto done;
+    }
+    if ((st = dt_sampler_init(&sampler, d.n_train, c->seed, true, false, replica, D))) goto done;
     if (sampler_pos[0] >= 0 && (st = dt_sampler_seek(&sampler, sampler_pos[0], sampler_pos[1]))) goto done;
-    if (c->ckpt_dir && (st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, world, c->ckpt_keep, 10 * c->timeout))) goto done;
+    /* Checkpoint files: replica 0 of each stage writes its stage's parameters; the
+     * optimizer state is written by every rank under ZeRO-1/2 (each holds a
+     * different shard), by replica 0 of each stage under ZeRO-0. */
+    int n_writers = 0;
+    if (c->ckpt_dir) {
+        writers = dt_calloc((size_t)world, sizeof(int));
+        pmask = dt_calloc((size_t)m->n_params + 1, sizeof(bool));
+        if (!writers || !pmask) {
+            st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        for (int r = 0; r < world; r++)
+            if (c->dp.zero || r % D == 0) writers[n_writers++] = r;
+        int bf = P > 1 ? part.first[stage] : 0, bl = P > 1 ? part.first[stage + 1] - 1 : m->n_blocks - 1;
+        for (int i = 0; i < m->n_params; i++)
+            pmask[i] = replica == 0 && m->params[i].block >= bf && m->params[i].block <= bl;
+        if ((st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, world, writers, n_writers, c->ckpt_keep, 10 * c->timeout)))
+            goto done;
+    }
     if (lead && c->out_dir) {
         if ((st = make_dir(c->out_dir))) goto done;
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
@@ -509,7 +662,16 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         }
         float loss_scale = 1.0f / ((float)global_n * (float)m->loss_terms);
         double local_loss = 0, bwd_s = 0;
-        for (int mi = 0; mi < c->accum; mi++) {
+        if (pipe) {
+            dt_batch sb = {.B = local_n, .targets = bb.targets, .loss_scale = loss_scale};
+            if (d.lm) sb.tokens = bb.tokens;
+            else sb.x = bb.x;
+            double tb = dt_now();
+            if ((st = dt_pipe_step(pipe, dp, &sb, m->cfg.in_dim, &local_loss))) goto done;
+            bwd_s = dt_now() - tb;
+            if (trace) dt_trace_event(trace, "pipeline schedule", DT_TRACE_COMPUTE, tb, tb + bwd_s, step + 1, -1);
+        }
+        for (int mi = 0; mi < (pipe ? 0 : c->accum); mi++) {
             int lo = (int)((int64_t)local_n * mi / c->accum), hi = (int)((int64_t)local_n * (mi + 1) / c->accum);
             dt_batch batch = {.B = hi - lo, .loss_scale = loss_scale};
             size_t per = d.lm ? (size_t)d.T : 1;
@@ -534,6 +696,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         double tc1 = dt_now();
         float lr = dt_lr_at(&sched, step);
         if ((st = dt_dp_step(dp, lr, c->clip, NULL))) goto done;
+        if (pipe && (st = dt_pipe_sync_tied(pipe))) goto done;
         double tc2 = dt_now();
         if (trace) dt_trace_event(trace, "optimizer", DT_TRACE_COMPUTE, tc1, tc2, step + 1, -1);
         if (ckw && ((c->ckpt_every > 0 && (step + 1) % c->ckpt_every == 0) || step + 1 == total)) {
@@ -546,13 +709,16 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             cs.optim_t = dt_dp_optim(dp)->t;
             cs.world = world;
             cs.zero = c->dp.zero;
+            cs.dp = D;
+            cs.pp = P;
+            cs.tp = 1;
             cs.batch = B;
             cs.optim = c->optim.kind;
             snprintf(cs.config, sizeof cs.config, "%s", c->config_json ? c->config_json : "{}");
             dt_ckpt_shard shard;
             dt_dp_shard(dp, &shard);
             double ts = dt_now();
-            if ((st = dt_ckpt_save_async(ckw, m, dt_dp_optim(dp), &shard, &cs))) goto done;
+            if ((st = dt_ckpt_save_async(ckw, m, dt_dp_optim(dp), &shard, pmask, &cs))) goto done;
             if (trace) dt_trace_event(trace, "checkpoint snapshot", DT_TRACE_COMPUTE, ts, dt_now(), step + 1, -1);
         }
         double loss_d = local_loss;
@@ -618,7 +784,9 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         }
         if ((c->eval_every > 0 && (step + 1) % c->eval_every == 0) || last) {
             double te = dt_now();
-            if ((st = evaluate(m, eacts, &d, &bb, eB, c->eval_max, comm, &acc, &eloss))) goto done;
+            if ((st = evaluate(m, eacts, &d, &bb, eB, c->eval_max, comm, pipe, replica, D,
+                               !pipe || stage == P - 1, &acc, &eloss)))
+                goto done;
             if (trace) dt_trace_event(trace, "eval", DT_TRACE_COMPUTE, te, dt_now(), step + 1, -1);
             t0 += dt_now() - te; /* evaluation time is not training throughput */
             t_win += dt_now() - te;
@@ -650,6 +818,45 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     res->items_per_s = (double)all_items / (res->seconds > 1e-9 ? res->seconds : 1e-9);
     dt_dp_memory(dp, &res->mem);
     watchdog_tick(-1);
+    if (pipe) {
+        /* Every stage's schedule statistics, to rank 0. */
+        dt_pipe_stats ps;
+        dt_pipe_take_stats(pipe, &ps);
+        double *arr = dt_calloc((size_t)P * 5, sizeof(double));
+        if (!arr) {
+            st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+            goto done;
+        }
+        if (replica == 0) {
+            double *a5 = arr + 5 * stage;
+            a5[0] = ps.step_s;
+            a5[1] = ps.busy_s;
+            a5[2] = ps.idle_s;
+            a5[3] = (double)ps.act_floats;
+            a5[4] = ps.acts_alive_peak;
+        }
+        st = dt_allreduce_f64(comm, arr, (size_t)P * 5);
+        if (!st && metrics) {
+            int M = c->pipe.micro_batches;
+            fprintf(metrics, "{\"pipeline\":true,\"stages\":%d,\"micro_batches\":%d,\"schedule\":\"%s\",\"recompute\":%s,"
+                             "\"bubble_formula\":%.4f,\"idle_frac\":[", P, M,
+                    c->pipe.schedule == DT_SCHED_GPIPE ? "gpipe" : "1f1b", c->pipe.recompute ? "true" : "false",
+                    (double)(P - 1) / (double)(M + P - 1));
+            for (int k = 0; k < P; k++)
+                fprintf(metrics, "%s%.4f", k ? "," : "", arr[5 * k] > 0 ? 1.0 - arr[5 * k + 1] / arr[5 * k] : 0.0);
+            fprintf(metrics, "],\"act_bytes\":[");
+            for (int k = 0; k < P; k++) fprintf(metrics, "%s%.0f", k ? "," : "", 4 * arr[5 * k + 3]);
+            fprintf(metrics, "],\"acts_alive_peak\":[");
+            for (int k = 0; k < P; k++) fprintf(metrics, "%s%.0f", k ? "," : "", arr[5 * k + 4]);
+            fprintf(metrics, "]}\n");
+        }
+        for (int k = 0; k < P; k++) {
+            double f = arr[5 * k] > 0 ? 1.0 - arr[5 * k + 1] / arr[5 * k] : 0.0;
+            if (f > res->pp_idle_frac) res->pp_idle_frac = f;
+        }
+        dt_free(arr);
+        if (st) goto done;
+    }
     if (metrics)
         fprintf(metrics,
                 "{\"memory\":true,\"ranks\":%d,\"zero\":%d,\"params\":%zu,\"param_bytes\":%zu,\"grad_bytes\":%zu,"
@@ -659,6 +866,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                 res->mem.grad_staging_peak, res->mem.optim_bytes, res->mem.shard_floats,
                 dt_dp_n_buckets(dp), res->comm_s, res->exposed_s, res->backward_s);
 
+    if (pipe && replica == 0 && c->out_dir && (st = dt_pipe_gather_params(pipe))) goto done;
     if (lead && c->out_dir) {
         snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
         char steps_s[32];
@@ -676,6 +884,11 @@ done:
     if (metrics && fclose(metrics) != 0 && !st)
         st = dt_errorf(DT_ERR_IO, "cannot finish writing metrics in %s: %s", c->out_dir, strerror(errno));
     dt_ckpt_writer_destroy(ckw);
+    dt_free(writers);
+    dt_free(pmask);
+    dt_pipe_destroy(pipe);
+    if (dpc != comm) dt_comm_destroy(dpc);
+    dt_comm_destroy(ppc);
     dt_trace_destroy(trace);
     dt_sampler_free(&sampler);
     batch_buf_free(&bb);
@@ -704,7 +917,7 @@ dt_status dt_eval_run(const dt_train_cfg *c, const char *weights, dt_train_resul
     dt_comm *self = NULL;
     if ((st = dt_comm_self(&self))) goto done;
     double t0 = dt_now();
-    st = evaluate(m, acts, &d, &bb, B, c->eval_max, self, &res->test_acc, &res->eval_loss);
+    st = evaluate(m, acts, &d, &bb, B, c->eval_max, self, NULL, 0, 1, true, &res->test_acc, &res->eval_loss);
     res->seconds = dt_now() - t0;
     dt_comm_destroy(self);
 done:

@@ -126,7 +126,7 @@ static const char *train_help =
     "  --lr LR              peak learning rate [sgd 0.1, adamw 1e-3]\n"
     "  --min-lr LR          end of the cosine decay [0; gpt 1e-4]\n"
     "  --warmup N           linear warm-up steps [0; gpt 20]\n"
-    "  --schedule cosine|constant  after warm-up [cosine]\n"
+    "  --lr-schedule cosine|constant  after warm-up [cosine]\n"
     "  --momentum M         sgd momentum [0.9]\n"
     "  --nesterov           sgd Nesterov momentum\n"
     "  --weight-decay WD    sgd L2 / adamw decoupled, on >=2-D tensors only [sgd 0, adamw 0.01; gpt 0.1]\n"
@@ -153,6 +153,13 @@ static const char *train_help =
     "  --bucket-mb MB       gradient bucket size [4]\n"
     "  --no-overlap         communicate after backward instead of during it\n"
     "  --accum K            micro-batches per step, no sync in between [1]\n"
+    "  --pp P               pipeline stages (the world is dp x pp; -n N gives dp = N/P) [1]\n"
+    "  --micro-batches M    micro-batches per step through the pipeline [1]\n"
+    "  --schedule gpipe|1f1b  pipeline schedule [1f1b]\n"
+    "  --pp-partition auto|uniform|N1,N2,...  blocks per stage; auto balances measured\n"
+    "                       block times [uniform]\n"
+    "  --recompute          keep only block inputs, recompute activations in backward\n"
+    "  --pp-block-cost-us U testing: each block also sleeps U us forward, 2U backward\n"
     "  --timeout SEC        deadline of every communication wait [60]\n"
     "  --inject SPEC        fault injection: crash:rank=R:step=S, hang:rank=R:step=S,\n"
     "                       slow:rank=R:factor=F (fires in the first attempt only)\n"
@@ -226,10 +233,19 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
         } else if (strcmp(f, "--lr") == 0) { NEEDV(); rc = parse_float(f, v, 1e-12, 100, &t->lr);
         } else if (strcmp(f, "--min-lr") == 0) { NEEDV(); rc = parse_float(f, v, 0, 100, &t->min_lr);
         } else if (strcmp(f, "--warmup") == 0) { NEEDV(); rc = parse_i64(f, v, 0, INT64_MAX / 2, &t->warmup);
-        } else if (strcmp(f, "--schedule") == 0) { NEEDV();
+        } else if (strcmp(f, "--schedule") == 0 || strcmp(f, "--lr-schedule") == 0) { NEEDV();
+            /* --schedule names the pipeline schedule; cosine|constant are kept as an
+             * alias of --lr-schedule. */
             if (strcmp(v, "cosine") == 0) t->cosine = true;
             else if (strcmp(v, "constant") == 0) t->cosine = false;
-            else rc = usage_error("--schedule must be cosine or constant, got '%s'", v);
+            else if (strcmp(f, "--schedule") == 0 && strcmp(v, "gpipe") == 0) t->pipe.schedule = DT_SCHED_GPIPE;
+            else if (strcmp(f, "--schedule") == 0 && strcmp(v, "1f1b") == 0) t->pipe.schedule = DT_SCHED_1F1B;
+            else rc = usage_error("%s must be %s, got '%s'", f, strcmp(f, "--schedule") == 0 ? "gpipe or 1f1b (pipeline), or cosine or constant (lr)" : "cosine or constant", v);
+        } else if (strcmp(f, "--pp") == 0) { NEEDV(); rc = parse_int(f, v, 1, 256, &t->pp);
+        } else if (strcmp(f, "--micro-batches") == 0) { NEEDV(); rc = parse_int(f, v, 1, 1 << 16, &t->pipe.micro_batches);
+        } else if (strcmp(f, "--pp-partition") == 0) { NEEDV(); t->pp_partition = v;
+        } else if (strcmp(f, "--recompute") == 0) { t->pipe.recompute = true;
+        } else if (strcmp(f, "--pp-block-cost-us") == 0) { NEEDV(); float x; rc = parse_float(f, v, 0, 1e7, &x); t->pipe.block_cost_us = x;
         } else if (strcmp(f, "--momentum") == 0) { NEEDV(); rc = parse_float(f, v, 0, 0.999999, &t->optim.momentum);
         } else if (strcmp(f, "--nesterov") == 0) { t->optim.nesterov = true;
         } else if (strcmp(f, "--weight-decay") == 0) { NEEDV(); rc = parse_float(f, v, 0, 10, &t->optim.weight_decay);

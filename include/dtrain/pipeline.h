@@ -1,0 +1,88 @@
+/* dtrain pipeline parallelism: a stage is a contiguous range of blocks; micro-
+ * batches flow through the stages with point-to-point sends of activations
+ * (forward) and their gradients (backward) on the pipeline communicator.
+ *
+ * Schedules: GPipe (all forwards, then all backwards; activations of all M
+ * micro-batches alive) and 1F1B (PipeDream-Flush: stage s runs P-s-1 warm-up
+ * forwards, then alternates one forward and one backward, then drains; at most
+ * P-s micro-batches alive). Both have the bubble (P-1)/(M+P-1).
+ *
+ * Tied tensors (the GPT's LM head uses transformer.wte.weight, owned by the
+ * embedding block on stage 0): the user stage sends its gradient to the owner
+ * stage, which adds it before its data-parallel reduction and optimizer step,
+ * then sends the updated values back. Only the owner holds optimizer state.
+ *
+ * Every rank allocates the whole parameter arena (so checkpoints and layouts
+ * compose trivially) but computes, communicates and keeps optimizer state and
+ * activations only for its stage. */
+#ifndef DTRAIN_PIPELINE_H
+#define DTRAIN_PIPELINE_H
+
+#include "dtrain/comm.h"
+#include "dtrain/model.h"
+#include "dtrain/parallel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_SCHED_GPIPE, DT_SCHED_1F1B } dt_pipe_schedule;
+
+typedef struct dt_pipe_cfg {
+    int micro_batches;          /* M */
+    dt_pipe_schedule schedule;
+    bool recompute;             /* keep only block inputs; recompute forward in backward */
+    double block_cost_us;       /* testing: each block also sleeps this long in forward, 2x in backward */
+} dt_pipe_cfg;
+
+/* Stage boundaries: stage s runs blocks [first[s], first[s+1]). */
+typedef struct dt_partition {
+    int stages;
+    int first[257];
+} dt_partition;
+
+/* Minimum-bottleneck contiguous split of n costs into `stages` parts (a small
+ * dynamic program); returns the bottleneck (largest stage sum). */
+double dt_partition_best(const double *cost, int n, int stages, dt_partition *out);
+/* Uniform: as equal block counts as possible. */
+void dt_partition_uniform(int n, int stages, dt_partition *out);
+/* "2,3,1": blocks per stage; must cover all n blocks with stages parts. */
+dt_status dt_partition_parse(const char *s, int n, int stages, dt_partition *out);
+
+typedef struct dt_pipe dt_pipe;
+
+typedef struct dt_pipe_stats {
+    double step_s;              /* time in the schedule */
+    double busy_s;              /* time in forward/backward compute (incl. fixed cost) */
+    double idle_s;              /* time waiting for activations/gradients */
+    size_t act_floats;          /* floats of activation memory this stage holds */
+    int acts_alive_peak;        /* micro-batches whose activations were alive at once */
+} dt_pipe_stats;
+
+/* The stage of this rank is dt_comm_rank(pp). Borrowed: m, pp, dp. maxB: the
+ * largest micro-batch. */
+dt_status dt_pipe_create(dt_pipe **out, dt_model *m, dt_comm *pp, const dt_partition *part,
+                         const dt_pipe_cfg *cfg, int maxB);
+void dt_pipe_destroy(dt_pipe *p); /* NULL ok */
+int dt_pipe_stage_first(const dt_pipe *p);
+int dt_pipe_stage_last(const dt_pipe *p);
+
+/* One training step's forward and backward over the micro-batches of `batch`
+ * (this dp rank's shard; rows split evenly into M micro-batches). Gradients are
+ * handed to dp (its block_done for the last micro-batch, then end_backward).
+ * Returns the stage's loss sum times loss_scale in *loss (0 off the last stage). */
+dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_x, double *loss);
+/* After dt_dp_step: owners send updated tied tensors to the stages that use them. */
+dt_status dt_pipe_sync_tied(dt_pipe *p);
+/* Forward only (evaluation): returns the loss sum and, for classifiers, the
+ * number of correct predictions (both 0 off the last stage). */
+dt_status dt_pipe_eval(dt_pipe *p, const dt_batch *batch, double *loss_sum, double *correct);
+void dt_pipe_take_stats(dt_pipe *p, dt_pipe_stats *s);
+/* Every stage sends the parameters of its blocks to stage 0, whose arena then
+ * holds the whole current model (before writing weights). Collective on pp. */
+dt_status dt_pipe_gather_params(dt_pipe *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
