@@ -32,7 +32,7 @@ typedef struct dt_pipe_cfg {
     int micro_batches;          /* M */
     dt_pipe_schedule schedule;
     bool recompute;             /* keep only block inputs; recompute forward in backward */
-    double block_cost_us;       /* testing: each block also sleeps this long in forward, 2x in backward */
+    double stage_cost_us;       /* testing: each stage also sleeps this long per micro-batch forward, 2x backward */
 } dt_pipe_cfg;
 
 /* Stage boundaries: stage s runs blocks [first[s], first[s+1]). */

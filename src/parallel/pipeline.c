@@ -176,7 +176,7 @@ static dt_status fwd(dt_pipe *p, const dt_batch *mb, int i, double *loss) {
         return st;
     double t0 = dt_now();
     float l = dt_model_forward(m, a, mb, NULL);
-    sleep_us(p->cfg.block_cost_us * (p->last - p->first + 1));
+    sleep_us(p->cfg.stage_cost_us);
     p->st.busy_s += dt_now() - t0;
     if (p->stage == p->P - 1) *loss += l;
     if (++p->alive > p->st.acts_alive_peak) p->st.acts_alive_peak = p->alive;
@@ -229,7 +229,7 @@ static dt_status bwd(dt_pipe *p, dt_dp *dp, const dt_batch *mb, int i, bool last
         dt_model_backward_recompute(m, a, mb, dout, din, last_mb ? done_cb : NULL, &dc);
     else
         dt_model_backward(m, a, mb, dout, din, last_mb ? done_cb : NULL, &dc);
-    sleep_us(2 * p->cfg.block_cost_us * (p->last - p->first + 1));
+    sleep_us(2 * p->cfg.stage_cost_us);
     p->st.busy_s += dt_now() - t0;
     p->alive--;
     if (p->stage > 0) {

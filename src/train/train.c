@@ -842,16 +842,25 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                              "\"bubble_formula\":%.4f,\"idle_frac\":[", P, M,
                     c->pipe.schedule == DT_SCHED_GPIPE ? "gpipe" : "1f1b", c->pipe.recompute ? "true" : "false",
                     (double)(P - 1) / (double)(M + P - 1));
+            /* Idle = 1 - busy / the pipeline's span (the longest stage schedule). */
+            double span = 0;
+            for (int k = 0; k < P; k++) span = arr[5 * k] > span ? arr[5 * k] : span;
             for (int k = 0; k < P; k++)
-                fprintf(metrics, "%s%.4f", k ? "," : "", arr[5 * k] > 0 ? 1.0 - arr[5 * k + 1] / arr[5 * k] : 0.0);
+                fprintf(metrics, "%s%.4f", k ? "," : "", span > 0 ? 1.0 - arr[5 * k + 1] / span : 0.0);
             fprintf(metrics, "],\"act_bytes\":[");
             for (int k = 0; k < P; k++) fprintf(metrics, "%s%.0f", k ? "," : "", 4 * arr[5 * k + 3]);
+            fprintf(metrics, "],\"blocks_per_stage\":[");
+            for (int k = 0; k < P; k++) fprintf(metrics, "%s%d", k ? "," : "", part.first[k + 1] - part.first[k]);
+            fprintf(metrics, "],\"busy_s\":[");
+            for (int k = 0; k < P; k++) fprintf(metrics, "%s%.5f", k ? "," : "", arr[5 * k + 1]);
             fprintf(metrics, "],\"acts_alive_peak\":[");
             for (int k = 0; k < P; k++) fprintf(metrics, "%s%.0f", k ? "," : "", arr[5 * k + 4]);
             fprintf(metrics, "]}\n");
         }
+        double span = 0;
+        for (int k = 0; k < P; k++) span = arr[5 * k] > span ? arr[5 * k] : span;
         for (int k = 0; k < P; k++) {
-            double f = arr[5 * k] > 0 ? 1.0 - arr[5 * k + 1] / arr[5 * k] : 0.0;
+            double f = span > 0 ? 1.0 - arr[5 * k + 1] / span : 0.0;
             if (f > res->pp_idle_frac) res->pp_idle_frac = f;
         }
         dt_free(arr);

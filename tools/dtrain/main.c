@@ -159,7 +159,7 @@ static const char *train_help =
     "  --pp-partition auto|uniform|N1,N2,...  blocks per stage; auto balances measured\n"
     "                       block times [uniform]\n"
     "  --recompute          keep only block inputs, recompute activations in backward\n"
-    "  --pp-block-cost-us U testing: each block also sleeps U us forward, 2U backward\n"
+    "  --pp-stage-cost-us U testing: each stage also sleeps U us per micro-batch forward, 2U backward\n"
     "  --timeout SEC        deadline of every communication wait [60]\n"
     "  --inject SPEC        fault injection: crash:rank=R:step=S, hang:rank=R:step=S,\n"
     "                       slow:rank=R:factor=F (fires in the first attempt only)\n"
@@ -245,7 +245,7 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
         } else if (strcmp(f, "--micro-batches") == 0) { NEEDV(); rc = parse_int(f, v, 1, 1 << 16, &t->pipe.micro_batches);
         } else if (strcmp(f, "--pp-partition") == 0) { NEEDV(); t->pp_partition = v;
         } else if (strcmp(f, "--recompute") == 0) { t->pipe.recompute = true;
-        } else if (strcmp(f, "--pp-block-cost-us") == 0) { NEEDV(); float x; rc = parse_float(f, v, 0, 1e7, &x); t->pipe.block_cost_us = x;
+        } else if (strcmp(f, "--pp-stage-cost-us") == 0) { NEEDV(); float x; rc = parse_float(f, v, 0, 1e7, &x); t->pipe.stage_cost_us = x;
         } else if (strcmp(f, "--momentum") == 0) { NEEDV(); rc = parse_float(f, v, 0, 0.999999, &t->optim.momentum);
         } else if (strcmp(f, "--nesterov") == 0) { t->optim.nesterov = true;
         } else if (strcmp(f, "--weight-decay") == 0) { NEEDV(); rc = parse_float(f, v, 0, 10, &t->optim.weight_decay);

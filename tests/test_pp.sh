@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Pipeline parallelism: equivalence to one process (losses within relative 1e-4
+# for 20 steps, mlp and gpt, GPipe and 1F1B, pp 2 and 4, dp x pp, ZeRO-1,
+# recompute); bubble fraction against (P-1)/(M+P-1) with stages of known fixed
+# cost; activation memory of 1F1B vs GPipe; checkpoints across layouts; the auto
+# partition against the best split.
+set -u
+dt="$1/dtrain"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
+fails=0; passes=0
+ok()   { echo "ok   $*"; passes=$((passes+1)); }
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+run() { local out=$1; shift; "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { echo "  run $out failed:"; tail -5 "$tmp/$out.log"; return 1; }; }
+losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e]*\).*/\1 \2/'; }
+close_after() {
+  awk -v s="$3" -v tol="$4" 'NR == FNR { a[$1] = $2; next }
+    ($1 in a) && $1 > s { n++; d = a[$1] - $2; if (d < 0) d = -d; r = d / (a[$1] < 0 ? -a[$1] : a[$1]); if (r > w) w = r }
+    END { printf "%d steps after %d, worst relative loss difference %.2g\n", n, s, w; exit !(n > 0 && w <= tol) }' \
+    <(losses "$1") <(losses "$2")
+}
+pfield() { grep '"pipeline"' "$1/metrics.jsonl" | sed "s/.*\"$2\":\[\([^]]*\)\].*/\1/"; }
+
+MLP="--model mlp --hidden 64,48,32 --batch 32 --steps 20 --lr 0.05 --log-every 1 --quiet"
+GPT="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch 8 --steps 20 --lr 3e-3 --warmup 2 --log-every 1 --eval-max 16 --quiet"
+
+for model in mlp gpt; do
+  if [ $model = mlp ]; then args=$MLP; else args=$GPT; fi
+  run ${model}_1 $args || fail "$model 1 rank"
+  for layout in "-n 2 --pp 2 --schedule gpipe --micro-batches 4" "-n 2 --pp 2 --schedule 1f1b --micro-batches 4" \
+                "-n 4 --pp 4 --micro-batches 8" "-n 4 --pp 2 --micro-batches 2" "-n 4 --pp 2 --micro-batches 4 --zero 1" \
+                "-n 2 --pp 2 --micro-batches 4 --recompute"; do
+    name=${model}_$(echo "$layout" | tr -d ' -')
+    if run $name $layout $args; then
+      if msg=$(close_after "$tmp/${model}_1" "$tmp/$name" 0 1e-4) && "$dt" diff "$tmp/${model}_1/model.safetensors" "$tmp/$name/model.safetensors" --rtol 1e-3 --atol 1e-5 > /dev/null; then
+        ok "$model $layout: $msg, final weights within rtol 1e-3"
+      else fail "$model $layout: $msg"; fi
+    else fail "$model $layout did not run"; fi
+  done
+done
+
+# bubble: stages of fixed cost (30 ms forward, 60 ms backward per micro-batch)
+for sch in gpipe 1f1b; do
+  for M in 4 8; do
+    run bub_${sch}_$M -n 4 --pp 4 --schedule $sch --micro-batches $M --pp-stage-cost-us 30000 \
+        --model mlp --hidden 32,32,32 --batch 32 --steps 2 --quiet || { fail "bubble run"; continue; }
+    idle=$(pfield "$tmp/bub_${sch}_$M" idle_frac)
+    if awk -v l="$idle" -v M=$M 'BEGIN { f = 3 / (M + 3); n = split(l, a, ","); s = 0; for (i = 1; i <= n; i++) s += a[i]; m = s / n;
+         printf "mean idle %.4f vs formula %.4f (%.1f%%)\n", m, f, 100 * (m - f) / f; exit !(m >= 0.9 * f && m <= 1.1 * f) }' > "$tmp/b.txt"; then
+      ok "$sch P=4 M=$M bubble: $(cat "$tmp/b.txt")"; else fail "$sch P=4 M=$M bubble: $(cat "$tmp/b.txt")"; fi
+  done
+done
+
+# activation memory at a fixed micro-batch of 4 rows: 1F1B keeps at most P-s micro-batches alive, GPipe all M
+for M in 2 8; do
+  for sch in gpipe 1f1b; do
+    run mem_${sch}_$M -n 4 --pp 4 --schedule $sch --micro-batches $M --model mlp --hidden 32,32,32 --batch $((4 * M)) --steps 2 --quiet
+  done
+done
+g2=$(pfield "$tmp/mem_gpipe_2" acts_alive_peak); g8=$(pfield "$tmp/mem_gpipe_8" acts_alive_peak)
+f2=$(pfield "$tmp/mem_1f1b_2" acts_alive_peak); f8=$(pfield "$tmp/mem_1f1b_8" acts_alive_peak)
+gb2=$(pfield "$tmp/mem_gpipe_2" act_bytes | cut -d, -f2); gb8=$(pfield "$tmp/mem_gpipe_8" act_bytes | cut -d, -f2)
+fb2=$(pfield "$tmp/mem_1f1b_2" act_bytes | cut -d, -f2); fb8=$(pfield "$tmp/mem_1f1b_8" act_bytes | cut -d, -f2)
+if [ "$g8" = "8,8,8,8" ] && [ "$f8" = "4,3,2,1" ] && [ "$gb8" -gt "$gb2" ] && [ "$fb8" -eq "$(pfield "$tmp/mem_1f1b_8" act_bytes | cut -d, -f2)" ] && [ "$fb8" -le $((fb2 * 2)) ]; then
+  ok "activations alive per stage: GPipe M=2 [$g2] M=8 [$g8]; 1F1B M=2 [$f2] M=8 [$f8]; stage-1 bytes GPipe $gb2 -> $gb8, 1F1B $fb2 -> $fb8"
+else fail "activation memory: GPipe [$g2] [$g8] $gb2 $gb8; 1F1B [$f2] [$f8] $fb2 $fb8"; fi
+
+# checkpoint at dp=1 x pp=2 resumes at dp=4 and at 1 rank
+run ck_pp -n 2 --pp 2 --micro-batches 4 $GPT --ckpt-dir "$tmp/ckpp" --ckpt-every 10 || fail "pp checkpoint run"
+for layout in "-n 4" "-n 1" "-n 4 --pp 2 --micro-batches 2"; do
+  name=res_$(echo "$layout" | tr -d ' -')
+  if run $name $layout $GPT --resume "$tmp/ckpp/ckpt-0000000010" && msg=$(close_after "$tmp/ck_pp" "$tmp/$name" 10 1e-4); then
+    ok "pp=2 checkpoint resumed with $layout: $msg"; else fail "pp=2 checkpoint -> $layout: ${msg:-}"; fi
+done
+
+# auto partition of deliberately uneven blocks vs every possible 2-stage split
+U="--model mlp --hidden 1536,32,32,32 --batch 64 --steps 6 --lr 0.01 --quiet -n 2 --pp 2 --micro-batches 4"
+best=""
+for k in 1 2 3 4 5; do
+  run split_$k $U --pp-partition $k,$((6 - k)) || continue
+  t=$(pfield "$tmp/split_$k" busy_s | tr ',' '\n' | sort -g | tail -1)
+  best=$(awk -v a="$t" -v b="${best:-1e9}" 'BEGIN { print (a < b ? a : b) }')
+done
+run split_auto $U --pp-partition auto
+ta=$(pfield "$tmp/split_auto" busy_s | tr ',' '\n' | sort -g | tail -1)
+part="blocks per stage $(pfield "$tmp/split_auto" blocks_per_stage)"
+if awk -v a="$ta" -v b="$best" 'BEGIN { exit !(a <= 1.15 * b) }'; then
+  ok "auto partition: bottleneck stage busy ${ta}s vs best split ${best}s ($part)"
+else fail "auto partition: ${ta}s vs best ${best}s ($part)"; fi
+
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]
