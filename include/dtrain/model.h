@@ -14,6 +14,7 @@
 #ifndef DTRAIN_MODEL_H
 #define DTRAIN_MODEL_H
 
+#include "dtrain/comm.h"
 #include "dtrain/core.h"
 
 #ifdef __cplusplus
@@ -34,6 +35,8 @@ typedef struct dt_model_cfg {
     int img_c, img_h, img_w;
     /* gpt (nanoGPT names) */
     int n_layer, n_head, n_embd, block_size, vocab_size;
+    /* tensor parallelism (Megatron): this rank's shard of tp_size (0 or 1: none) */
+    int tp_size, tp_rank;
 } dt_model_cfg;
 
 const char *dt_model_kind_name(dt_model_kind k);         /* "mlp" */
@@ -59,9 +62,19 @@ typedef struct dt_param {
     int block;               /* index of the owning block */
     int init;                /* DT_INIT_* */
     float init_scale;        /* uniform bound, normal std, or constant */
+    /* Tensor parallelism: the logical (unsharded) tensor and which part of it
+     * this rank holds. The 2-D view of a tensor is [shape[0], rest] (a 1-D one
+     * is [1, n]); DT_SPLIT_ROWS keeps row ranges, DT_SPLIT_COLS column ranges of
+     * that view, nparts of them, concatenated in this order locally. */
+    int64_t lshape[4];
+    size_t lnumel;
+    int split;
+    int nparts;
+    int64_t pstart[3], plen[3];
 } dt_param;
 
 enum { DT_INIT_UNIFORM, DT_INIT_NORMAL, DT_INIT_CONST };
+enum { DT_SPLIT_NONE, DT_SPLIT_ROWS, DT_SPLIT_COLS };
 
 typedef struct dt_block dt_block;
 typedef struct dt_model dt_model;
@@ -93,6 +106,8 @@ struct dt_block {
     size_t off[DT_BLOCK_MAX_TENSORS]; /* arena offsets of the tensors it uses (may be tied) */
     int dims[8];                /* block-specific sizes */
     bool is_loss;               /* last block: out = per-term losses */
+    dt_comm *tp;                /* tensor-parallel group (NULL: none) */
+    dt_status *tp_err;          /* where a failed tp collective is recorded */
 };
 
 struct dt_model {
@@ -106,6 +121,7 @@ struct dt_model {
     float *g;                   /* gradients (n) */
     int loss_terms;             /* loss terms per sample (1, or T for the gpt) */
     int64_t flops_per_sample;   /* GEMM FLOPs of one training step per sample */
+    dt_status tp_err;           /* first failure of a tensor-parallel collective (sticky) */
 };
 
 /* Builds the block list and allocates both arenas (zeroed). Owned by the
@@ -118,6 +134,18 @@ void dt_model_destroy(dt_model *m); /* NULL ok */
  * stream (seed, tensor index) so the result does not depend on the layout. */
 void dt_model_init(dt_model *m, uint64_t seed);
 const dt_param *dt_model_find(const dt_model *m, const char *name);
+/* Tensor parallelism: the group the model's blocks all-reduce over (Megatron's
+ * f and g). Its size must be cfg.tp_size. */
+void dt_model_set_tp(dt_model *m, dt_comm *tp);
+/* Copies between the local (tp-sharded) arena of m and the logical arena of
+ * `full`, a model of the same config with no tp. to_logical writes only the
+ * parts m holds; with owned_only, replicated tensors only on tp rank 0 (so a
+ * sum over the tp group counts each element once). params_mask (NULL: all)
+ * selects parameter indices. */
+void dt_model_local_to_logical(const dt_model *m, const float *local, const dt_model *full,
+                               float *logical, bool owned_only, const bool *params_mask);
+void dt_model_local_from_logical(const dt_model *m, float *local, const dt_model *full,
+                                 const float *logical);
 void dt_model_zero_grad(dt_model *m);
 
 /* ---- activations --------------------------------------------------------- */

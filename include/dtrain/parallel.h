@@ -38,6 +38,8 @@ typedef struct dt_dp_cfg {
     bool overlap;            /* communication thread overlapping backward (default on) */
     int first_block, last_block; /* the block range this rank trains (a pipeline stage); -1: all */
     dt_comm *norm_comm;      /* also sum the gradient norm over this comm (pipeline stages); NULL: none */
+    dt_comm *tp_comm;        /* tensor parallelism: sum the norm of sharded tensors over it, count
+                              * replicated ones once (tp rank 0); NULL: none */
 } dt_dp_cfg;
 
 typedef struct dt_dp_mem {

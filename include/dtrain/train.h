@@ -57,7 +57,8 @@ typedef struct dt_train_cfg {
     int ckpt_keep;           /* complete checkpoints kept (0: all) [3] */
     const char *resume;      /* NULL, "auto" (newest valid in ckpt_dir) or a checkpoint path */
     const char *config_json; /* the flags as JSON, stored in checkpoints (may be NULL) */
-    /* pipeline */
+    /* pipeline and tensor parallelism: the world is pp x dp x tp (tp fastest) */
+    int tp;                  /* tensor-parallel group size [1] */
     int pp;                  /* pipeline stages [1] */
     dt_pipe_cfg pipe;        /* micro-batches, schedule, recompute */
     const char *pp_partition;/* "auto", "uniform" or block counts "2,3,1" [uniform] */

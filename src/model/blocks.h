@@ -17,6 +17,10 @@ dt_block *dt_builder_block(dt_builder *bd, const dt_block_ops *ops, const char *
  * table and returns the arena offset. */
 size_t dt_builder_param(dt_builder *bd, const char *name, int ndim, const int64_t *shape,
                         int init, float init_scale);
+/* A tensor-parallel shard of a logical tensor of shape lshape (see dt_param). */
+size_t dt_builder_param_tp(dt_builder *bd, const char *name, int ndim, const int64_t *lshape,
+                           int init, float init_scale, int split, int nparts, const int64_t *pstart,
+                           const int64_t *plen);
 /* Records a tensor the last block uses but another block owns (tied weights). */
 void dt_builder_use(dt_builder *bd, size_t offset);
 
@@ -25,11 +29,19 @@ dt_status dt_build_cnn(dt_builder *bd);
 dt_status dt_build_gpt(dt_builder *bd);
 
 /* Blocks shared between models. */
-extern const dt_block_ops dt_block_linear_ops;      /* dims: IC, OC, relu */
+extern const dt_block_ops dt_block_linear_ops;      /* dims: IC, OC, relu, bias, tp mode */
 extern const dt_block_ops dt_block_xent_ops;        /* dims: V (classes), terms per sample */
 
-/* in: (B, in_dim) -> out (B, OC); relu fused when relu != 0. */
-void dt_add_linear(dt_builder *bd, const char *prefix, int IC, int OC, bool relu, bool bias);
+/* Megatron's two halves: a column-parallel linear holds OC/tp output features
+ * (its input is replicated; its input gradient is all-reduced: f), a row-parallel
+ * one holds IC/tp input features (its partial outputs are all-reduced before
+ * the bias: g). */
+enum { DT_TP_NONE, DT_TP_COLUMN, DT_TP_ROW };
+/* in: (B, in_dim) -> out (B, OC); relu fused when relu != 0. IC and OC are the
+ * logical sizes. */
+void dt_add_linear(dt_builder *bd, const char *prefix, int IC, int OC, bool relu, bool bias, int tp_mode);
+/* All-reduces buf over the block's tp group (no-op without one), recording a failure. */
+void dt_block_tp_allreduce(const dt_block *b, float *buf, size_t n);
 /* Softmax cross-entropy over V classes, `terms` per sample (in: (B, terms*V)). */
 void dt_add_xent(dt_builder *bd, int V, int terms);
 

@@ -79,8 +79,8 @@ static void add_conv(dt_builder *bd, const char *prefix, int IC, int H, int W, i
 dt_status dt_build_cnn(dt_builder *bd) {
     add_conv(bd, "conv1", 1, 28, 28, 32, 5, 2);
     add_conv(bd, "conv2", 32, 14, 14, 64, 5, 2);
-    dt_add_linear(bd, "fc1", 64 * 7 * 7, 1024, true, true);
-    dt_add_linear(bd, "fc2", 1024, 10, false, true);
+    dt_add_linear(bd, "fc1", 64 * 7 * 7, 1024, true, true, DT_TP_NONE);
+    dt_add_linear(bd, "fc2", 1024, 10, false, true, DT_TP_NONE);
     dt_add_xent(bd, 10, 1);
     return bd->st;
 }

@@ -43,18 +43,26 @@ static void embed_backward(const dt_block *b, const float *P, float *G, const dt
 static const dt_block_ops embed_ops = {"embedding", zero_floats, zero_floats, embed_forward,
                                        embed_backward};
 
-/* ---- transformer block: dims = {T, C, NH} ---------------------------------
+/* ---- transformer block: dims = {T, C, NH, Ca, F} --------------------------
+ * C is the residual width; with tensor parallelism this rank holds NH local
+ * heads (attention width Ca = NH * head size) and F of the 4C MLP features;
+ * without, NH is all heads, Ca = C and F = 4C.
  * off: 0 ln_1.w 1 ln_1.b 2 c_attn.w 3 c_attn.b 4 attn.c_proj.w 5 attn.c_proj.b
- *      6 ln_2.w 7 ln_2.b 8 c_fc.w 9 c_fc.b 10 mlp.c_proj.w 11 mlp.c_proj.b */
+ *      6 ln_2.w 7 ln_2.b 8 c_fc.w 9 c_fc.b 10 mlp.c_proj.w 11 mlp.c_proj.b
+ * Megatron's f (identity forward, all-reduce backward) sits at the entry of
+ * each branch (the LayerNorm outputs feeding the column-parallel c_attn and
+ * c_fc), g (all-reduce forward) after the row-parallel c_projs, before their
+ * replicated biases: two all-reduces forward and two backward per block. */
 typedef struct tb_saved {
     float *ln1, *mean1, *rstd1, *qkv, *att, *atty, *x2, *ln2, *mean2, *rstd2, *h, *gl;
 } tb_saved;
 
 static size_t tb_layout(const dt_block *b, int B, float *base, tb_saved *s) {
     size_t T = (size_t)b->dims[0], C = (size_t)b->dims[1], NH = (size_t)b->dims[2];
+    size_t Ca = (size_t)b->dims[3], F = (size_t)b->dims[4];
     size_t N = (size_t)B * T;
-    size_t sizes[12] = {N * C, N, N, N * 3 * C, (size_t)B * NH * T * T, N * C,
-                        N * C, N * C, N, N, N * 4 * C, N * 4 * C};
+    size_t sizes[12] = {N * C, N, N, N * 3 * Ca, (size_t)B * NH * T * T, N * Ca,
+                        N * C, N * C, N, N, N * F, N * F};
     float **ptrs[12] = {&s->ln1, &s->mean1, &s->rstd1, &s->qkv, &s->att, &s->atty,
                         &s->x2, &s->ln2, &s->mean2, &s->rstd2, &s->h, &s->gl};
     size_t off = 0;
@@ -71,68 +79,87 @@ static size_t tb_saved_floats(const dt_block *b, int B) {
 }
 
 static size_t tb_scratch_floats(const dt_block *b, int B) {
-    size_t T = (size_t)b->dims[0], C = (size_t)b->dims[1];
+    size_t T = (size_t)b->dims[0], C = (size_t)b->dims[1], Ca = (size_t)b->dims[3], F = (size_t)b->dims[4];
     size_t N = (size_t)B * T;
-    /* dx2 (N,C), dgl (N,4C), dh (N,4C), dln (N,C), datty (N,C), dqkv (N,3C) + attention */
-    return N * 14 * C + 6 * 16 + dt_attention_scratch_floats(B, (int)T, (int)C, b->dims[2]);
+    /* dx2 (N,C), dgl (N,F), dh (N,F), dln (N,C), datty (N,Ca), dqkv (N,3Ca) + attention */
+    return N * (3 * C + 2 * F + 4 * Ca) + 6 * 16 +
+           dt_attention_scratch_floats(B, (int)T, (int)Ca, b->dims[2]);
+}
+
+/* out = x @ W^T + bias, where W is row-parallel under tp: partial products are
+ * summed over the group (g) before the replicated bias is added once. */
+static void row_linear(const dt_block *b, float *out, const float *x, const float *W, const float *bias,
+                       int N, int IC, int OC) {
+    if (!b->tp) {
+        dt_linear_forward(out, x, W, bias, N, IC, OC);
+        return;
+    }
+    dt_linear_forward(out, x, W, NULL, N, IC, OC);
+    dt_block_tp_allreduce(b, out, (size_t)N * OC);
+    for (int i = 0; i < N; i++) {
+        float *o = out + (size_t)i * OC;
+        for (int j = 0; j < OC; j++) o[j] += bias[j];
+    }
 }
 
 static void tb_forward(const dt_block *b, const float *P, const dt_batch *batch,
                        const float *in, float *out, float *saved, float *scratch) {
-    int T = b->dims[0], C = b->dims[1], NH = b->dims[2], B = batch->B;
+    int T = b->dims[0], C = b->dims[1], NH = b->dims[2], Ca = b->dims[3], F = b->dims[4], B = batch->B;
     int N = B * T;
     const size_t *o = b->off;
     tb_saved s;
     tb_layout(b, B, saved, &s);
     dt_layernorm_forward(s.ln1, s.mean1, s.rstd1, in, P + o[0], P + o[1], N, C);
-    dt_linear_forward(s.qkv, s.ln1, P + o[2], P + o[3], N, C, 3 * C);
-    dt_attention_forward(s.atty, s.att, s.qkv, B, T, C, NH);
-    dt_linear_forward(s.x2, s.atty, P + o[4], P + o[5], N, C, C);
+    dt_linear_forward(s.qkv, s.ln1, P + o[2], P + o[3], N, C, 3 * Ca);
+    dt_attention_forward(s.atty, s.att, s.qkv, B, T, Ca, NH);
+    row_linear(b, s.x2, s.atty, P + o[4], P + o[5], N, Ca, C);
     size_t nc = (size_t)N * C;
     for (size_t i = 0; i < nc; i++) s.x2[i] += in[i];
     dt_layernorm_forward(s.ln2, s.mean2, s.rstd2, s.x2, P + o[6], P + o[7], N, C);
-    dt_linear_forward(s.h, s.ln2, P + o[8], P + o[9], N, C, 4 * C);
-    dt_gelu_forward(s.gl, s.h, (size_t)N * 4 * C);
-    dt_linear_forward(out, s.gl, P + o[10], P + o[11], N, 4 * C, C);
+    dt_linear_forward(s.h, s.ln2, P + o[8], P + o[9], N, C, F);
+    dt_gelu_forward(s.gl, s.h, (size_t)N * F);
+    row_linear(b, out, s.gl, P + o[10], P + o[11], N, F, C);
     for (size_t i = 0; i < nc; i++) out[i] += s.x2[i];
 }
 
 static void tb_backward(const dt_block *b, const float *P, float *G, const dt_batch *batch,
                         const float *in, const float *out, const float *dout, float *din,
                         const float *saved, float *scratch) {
-    int T = b->dims[0], C = b->dims[1], NH = b->dims[2], B = batch->B;
+    int T = b->dims[0], C = b->dims[1], NH = b->dims[2], Ca = b->dims[3], F = b->dims[4], B = batch->B;
     int N = B * T;
-    size_t nc = (size_t)N * C;
+    size_t nc = (size_t)N * C, na = (size_t)N * Ca, nf = (size_t)N * F;
     const size_t *o = b->off;
     tb_saved s;
     tb_layout(b, B, (float *)saved, &s);
     float *dx2 = scratch;
     float *dgl = dx2 + nc;
-    float *dh = dgl + 4 * nc;
-    float *dln = dh + 4 * nc;
+    float *dh = dgl + nf;
+    float *dln = dh + nf;
     float *datty = dln + nc;
-    float *dqkv = datty + nc;
-    float *ascratch = dqkv + 3 * nc;
+    float *dqkv = datty + na;
+    float *ascratch = dqkv + 3 * na;
 
     /* MLP branch: y = x2 + c_proj(gelu(c_fc(ln_2(x2)))) */
     memcpy(dx2, dout, nc * sizeof(float));
-    memset(dgl, 0, 4 * nc * sizeof(float));
-    dt_linear_backward(dgl, G + o[10], G + o[11], dout, s.gl, P + o[10], N, 4 * C, C);
-    memset(dh, 0, 4 * nc * sizeof(float));
-    dt_gelu_backward(dh, dgl, s.h, 4 * nc);
+    memset(dgl, 0, nf * sizeof(float));
+    dt_linear_backward(dgl, G + o[10], G + o[11], dout, s.gl, P + o[10], N, F, C);
+    memset(dh, 0, nf * sizeof(float));
+    dt_gelu_backward(dh, dgl, s.h, nf);
     memset(dln, 0, nc * sizeof(float));
-    dt_linear_backward(dln, G + o[8], G + o[9], dh, s.ln2, P + o[8], N, C, 4 * C);
+    dt_linear_backward(dln, G + o[8], G + o[9], dh, s.ln2, P + o[8], N, C, F);
+    dt_block_tp_allreduce(b, dln, nc); /* f */
     dt_layernorm_backward(dx2, G + o[6], G + o[7], dln, s.x2, P + o[6], s.mean2, s.rstd2, N, C);
 
     /* attention branch: x2 = x + c_proj(attn(c_attn(ln_1(x)))) */
     if (din)
         for (size_t i = 0; i < nc; i++) din[i] += dx2[i];
-    memset(datty, 0, nc * sizeof(float));
-    dt_linear_backward(datty, G + o[4], G + o[5], dx2, s.atty, P + o[4], N, C, C);
-    memset(dqkv, 0, 3 * nc * sizeof(float));
-    dt_attention_backward(dqkv, ascratch, datty, s.qkv, s.att, B, T, C, NH);
+    memset(datty, 0, na * sizeof(float));
+    dt_linear_backward(datty, G + o[4], G + o[5], dx2, s.atty, P + o[4], N, Ca, C);
+    memset(dqkv, 0, 3 * na * sizeof(float));
+    dt_attention_backward(dqkv, ascratch, datty, s.qkv, s.att, B, T, Ca, NH);
     memset(dln, 0, nc * sizeof(float));
-    dt_linear_backward(dln, G + o[2], G + o[3], dqkv, s.ln1, P + o[2], N, C, 3 * C);
+    dt_linear_backward(dln, G + o[2], G + o[3], dqkv, s.ln1, P + o[2], N, C, 3 * Ca);
+    dt_block_tp_allreduce(b, dln, nc); /* f */
     dt_layernorm_backward(din, G + o[0], G + o[1], dln, in, P + o[0], s.mean1, s.rstd1, N, C);
 }
 
@@ -202,6 +229,8 @@ dt_status dt_build_gpt(dt_builder *bd) {
     dt_builder_param(bd, "transformer.wpe.weight", 2, (int64_t[]){T, C}, DT_INIT_NORMAL, 0.02f);
 
     float proj_std = 0.02f / sqrtf(2.0f * (float)L);
+    int TP = c->tp_size > 1 ? c->tp_size : 1, r = c->tp_size > 1 ? c->tp_rank : 0;
+    int NHl = c->n_head / TP, HS = C / c->n_head, Ca = NHl * HS, F = 4 * C / TP;
     for (int l = 0; l < L; l++) {
         char nm[48], pn[96];
         snprintf(nm, sizeof nm, "transformer.h.%d", l);
@@ -209,27 +238,37 @@ dt_status dt_build_gpt(dt_builder *bd) {
         if (!b) return bd->st;
         b->dims[0] = T;
         b->dims[1] = C;
-        b->dims[2] = c->n_head;
-        struct { const char *n; int nd; int64_t s0, s1; int init; float sc; } t[12] = {
-            {"ln_1.weight", 1, C, 0, DT_INIT_CONST, 1.0f},
-            {"ln_1.bias", 1, C, 0, DT_INIT_CONST, 0.0f},
-            {"attn.c_attn.weight", 2, 3 * C, C, DT_INIT_NORMAL, 0.02f},
-            {"attn.c_attn.bias", 1, 3 * C, 0, DT_INIT_CONST, 0.0f},
-            {"attn.c_proj.weight", 2, C, C, DT_INIT_NORMAL, proj_std},
-            {"attn.c_proj.bias", 1, C, 0, DT_INIT_CONST, 0.0f},
-            {"ln_2.weight", 1, C, 0, DT_INIT_CONST, 1.0f},
-            {"ln_2.bias", 1, C, 0, DT_INIT_CONST, 0.0f},
-            {"mlp.c_fc.weight", 2, 4 * C, C, DT_INIT_NORMAL, 0.02f},
-            {"mlp.c_fc.bias", 1, 4 * C, 0, DT_INIT_CONST, 0.0f},
-            {"mlp.c_proj.weight", 2, C, 4 * C, DT_INIT_NORMAL, proj_std},
-            {"mlp.c_proj.bias", 1, C, 0, DT_INIT_CONST, 0.0f},
+        b->dims[2] = NHl;
+        b->dims[3] = Ca;
+        b->dims[4] = F;
+        /* Shards: c_attn keeps this rank's heads of q, k and v (three row ranges),
+         * c_fc its F output features; the c_projs the matching input columns. */
+        int64_t qkv_s[3] = {(int64_t)r * Ca, (int64_t)C + r * Ca, 2 * (int64_t)C + r * Ca};
+        int64_t qkv_l[3] = {Ca, Ca, Ca};
+        int64_t a_s = (int64_t)r * Ca, a_l = Ca, f_s = (int64_t)r * F, f_l = F;
+        struct { const char *n; int nd; int64_t s0, s1; int init; float sc; int split, np; const int64_t *ps, *pl; } t[12] = {
+            {"ln_1.weight", 1, C, 0, DT_INIT_CONST, 1.0f, 0, 0, NULL, NULL},
+            {"ln_1.bias", 1, C, 0, DT_INIT_CONST, 0.0f, 0, 0, NULL, NULL},
+            {"attn.c_attn.weight", 2, 3 * C, C, DT_INIT_NORMAL, 0.02f, DT_SPLIT_ROWS, 3, qkv_s, qkv_l},
+            {"attn.c_attn.bias", 1, 3 * C, 0, DT_INIT_CONST, 0.0f, DT_SPLIT_COLS, 3, qkv_s, qkv_l},
+            {"attn.c_proj.weight", 2, C, C, DT_INIT_NORMAL, proj_std, DT_SPLIT_COLS, 1, &a_s, &a_l},
+            {"attn.c_proj.bias", 1, C, 0, DT_INIT_CONST, 0.0f, 0, 0, NULL, NULL},
+            {"ln_2.weight", 1, C, 0, DT_INIT_CONST, 1.0f, 0, 0, NULL, NULL},
+            {"ln_2.bias", 1, C, 0, DT_INIT_CONST, 0.0f, 0, 0, NULL, NULL},
+            {"mlp.c_fc.weight", 2, 4 * C, C, DT_INIT_NORMAL, 0.02f, DT_SPLIT_ROWS, 1, &f_s, &f_l},
+            {"mlp.c_fc.bias", 1, 4 * C, 0, DT_INIT_CONST, 0.0f, DT_SPLIT_COLS, 1, &f_s, &f_l},
+            {"mlp.c_proj.weight", 2, C, 4 * C, DT_INIT_NORMAL, proj_std, DT_SPLIT_COLS, 1, &f_s, &f_l},
+            {"mlp.c_proj.bias", 1, C, 0, DT_INIT_CONST, 0.0f, 0, 0, NULL, NULL},
         };
         for (int i = 0; i < 12; i++) {
             snprintf(pn, sizeof pn, "%s.%s", nm, t[i].n);
             int64_t shape[2] = {t[i].s0, t[i].s1};
-            dt_builder_param(bd, pn, t[i].nd, shape, t[i].init, t[i].sc);
+            if (TP > 1 && t[i].split)
+                dt_builder_param_tp(bd, pn, t[i].nd, shape, t[i].init, t[i].sc, t[i].split, t[i].np, t[i].ps, t[i].pl);
+            else
+                dt_builder_param(bd, pn, t[i].nd, shape, t[i].init, t[i].sc);
         }
-        fl += 6LL * 12 * C * C * T + 12LL * T * T * C;
+        fl += 6LL * (3 * (int64_t)Ca * C + (int64_t)Ca * C + 2 * (int64_t)F * C) * T + 12LL * T * T * Ca;
     }
 
     b = dt_builder_block(bd, &head_ops, "lm_head", TC, (size_t)T * V);

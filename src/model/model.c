@@ -39,7 +39,25 @@ void dt_model_cfg_default(dt_model_cfg *c, dt_model_kind kind) {
     c->vocab_size = 256;
 }
 
+static dt_status tp_check(const dt_model_cfg *c) {
+    int T = c->tp_size > 1 ? c->tp_size : 1;
+    if (T == 1) return DT_OK;
+    if (c->tp_rank < 0 || c->tp_rank >= T) return dt_errorf(DT_ERR_INVALID, "tp rank %d of %d", c->tp_rank, T);
+    if (c->kind == DT_MODEL_CNN) return dt_errorf(DT_ERR_INVALID, "--tp supports the mlp and the gpt, not the cnn");
+    if (c->kind == DT_MODEL_GPT && c->n_head % T)
+        return dt_errorf(DT_ERR_INVALID, "--tp %d must divide --n-head %d (heads are split across the tp group)", T, c->n_head);
+    if (c->kind == DT_MODEL_MLP) {
+        if (c->n_hidden < 1) return dt_errorf(DT_ERR_INVALID, "--tp needs at least one hidden layer");
+        for (int i = 0; i < c->n_hidden; i++)
+            if (i % 2 == 0 && c->hidden[i] % T)
+                return dt_errorf(DT_ERR_INVALID, "--tp %d must divide the hidden size %d (it is split across the tp group)", T, c->hidden[i]);
+    }
+    return DT_OK;
+}
+
 dt_status dt_model_cfg_check(const dt_model_cfg *c) {
+    dt_status tst = tp_check(c);
+    if (tst) return tst;
     switch (c->kind) {
     case DT_MODEL_MLP:
         if (c->in_dim < 1 || c->in_dim > (1 << 24))
@@ -133,12 +151,42 @@ size_t dt_builder_param(dt_builder *bd, const char *name, int ndim, const int64_
     p->block = m->n_blocks - 1;
     p->init = init;
     p->init_scale = init_scale;
+    for (int i = 0; i < ndim; i++) p->lshape[i] = shape[i];
+    p->lnumel = numel;
+    p->split = DT_SPLIT_NONE;
     /* Keep every tensor 16-float aligned so kernels see aligned rows. */
     size_t padded = (numel + 15) & ~(size_t)15;
     if (!dt_size_add(m->n, padded, &m->n)) bd->st = dt_errorf(DT_ERR_NOMEM, "model is too large");
     b->off[b->n_tensors++] = p->offset;
     b->param_hi = m->n;
     return p->offset;
+}
+
+size_t dt_builder_param_tp(dt_builder *bd, const char *name, int ndim, const int64_t *lshape,
+                           int init, float init_scale, int split, int nparts, const int64_t *pstart,
+                           const int64_t *plen) {
+    int64_t shape[4];
+    for (int i = 0; i < ndim; i++) shape[i] = lshape[i];
+    int64_t sum = 0;
+    for (int k = 0; k < nparts; k++) sum += plen[k];
+    if (split == DT_SPLIT_ROWS) shape[0] = sum;
+    else if (split == DT_SPLIT_COLS) shape[ndim - 1] = sum;
+    size_t off = dt_builder_param(bd, name, ndim, shape, init, init_scale);
+    if (bd->st) return off;
+    dt_param *p = &bd->m->params[bd->m->n_params - 1];
+    size_t ln = 1;
+    for (int i = 0; i < ndim; i++) {
+        p->lshape[i] = lshape[i];
+        ln *= (size_t)lshape[i];
+    }
+    p->lnumel = ln;
+    p->split = split;
+    p->nparts = nparts;
+    for (int k = 0; k < nparts; k++) {
+        p->pstart[k] = pstart[k];
+        p->plen[k] = plen[k];
+    }
+    return off;
 }
 
 void dt_builder_use(dt_builder *bd, size_t offset) {
@@ -186,25 +234,95 @@ void dt_model_destroy(dt_model *m) {
     dt_free(m);
 }
 
+/* Copies one parameter between its local part (local) and its logical tensor
+ * (logical), in the direction to_local. */
+static void copy_param(const dt_param *p, float *local, float *logical, bool to_local) {
+    if (p->split == DT_SPLIT_NONE) {
+        if (to_local) memcpy(local, logical, p->numel * sizeof(float));
+        else memcpy(logical, local, p->numel * sizeof(float));
+        return;
+    }
+    /* 2-D view [R, Cc] of the logical tensor; a 1-D tensor is [1, n]. */
+    size_t R = p->ndim == 1 ? 1 : (size_t)p->lshape[0];
+    size_t Cc = p->lnumel / R;
+    if (p->split == DT_SPLIT_ROWS) {
+        size_t lr = 0;
+        for (int k = 0; k < p->nparts; k++) {
+            size_t n = (size_t)p->plen[k] * Cc;
+            float *a = local + lr * Cc, *b = logical + (size_t)p->pstart[k] * Cc;
+            if (to_local) memcpy(a, b, n * sizeof(float));
+            else memcpy(b, a, n * sizeof(float));
+            lr += (size_t)p->plen[k];
+        }
+        return;
+    }
+    size_t W = 0;
+    for (int k = 0; k < p->nparts; k++) W += (size_t)p->plen[k];
+    for (size_t r = 0; r < R; r++) {
+        size_t lc = 0;
+        for (int k = 0; k < p->nparts; k++) {
+            float *a = local + r * W + lc, *b = logical + r * Cc + (size_t)p->pstart[k];
+            if (to_local) memcpy(a, b, (size_t)p->plen[k] * sizeof(float));
+            else memcpy(b, a, (size_t)p->plen[k] * sizeof(float));
+            lc += (size_t)p->plen[k];
+        }
+    }
+}
+
 void dt_model_init(dt_model *m, uint64_t seed) {
     memset(m->w, 0, m->n * sizeof(float));
     for (int i = 0; i < m->n_params; i++) {
         const dt_param *p = &m->params[i];
-        float *w = m->w + p->offset;
+        /* The logical tensor is drawn whole, so every tp layout starts from the
+         * same weights as one process. */
+        float *w = p->split == DT_SPLIT_NONE ? m->w + p->offset : dt_alloc_floats(p->lnumel);
+        DT_ASSERT(w);
         dt_rng r;
         dt_rng_init(&r, seed, 0x1000 + (uint64_t)i);
         switch (p->init) {
         case DT_INIT_UNIFORM:
-            for (size_t j = 0; j < p->numel; j++)
+            for (size_t j = 0; j < p->lnumel; j++)
                 w[j] = (2.0f * dt_rng_uniform(&r) - 1.0f) * p->init_scale;
             break;
         case DT_INIT_NORMAL:
-            for (size_t j = 0; j < p->numel; j++) w[j] = dt_rng_normal(&r) * p->init_scale;
+            for (size_t j = 0; j < p->lnumel; j++) w[j] = dt_rng_normal(&r) * p->init_scale;
             break;
         default:
-            for (size_t j = 0; j < p->numel; j++) w[j] = p->init_scale;
+            for (size_t j = 0; j < p->lnumel; j++) w[j] = p->init_scale;
             break;
         }
+        if (p->split != DT_SPLIT_NONE) {
+            copy_param(p, m->w + p->offset, w, true);
+            dt_free(w);
+        }
+    }
+}
+
+void dt_model_set_tp(dt_model *m, dt_comm *tp) {
+    for (int b = 0; b < m->n_blocks; b++) {
+        m->blocks[b].tp = tp && dt_comm_size(tp) > 1 ? tp : NULL;
+        m->blocks[b].tp_err = &m->tp_err;
+    }
+}
+
+void dt_model_local_to_logical(const dt_model *m, const float *local, const dt_model *full,
+                               float *logical, bool owned_only, const bool *params_mask) {
+    DT_ASSERT(m->n_params == full->n_params);
+    bool lead = m->cfg.tp_size <= 1 || m->cfg.tp_rank == 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const dt_param *p = &m->params[i];
+        if (params_mask && !params_mask[i]) continue;
+        if (owned_only && p->split == DT_SPLIT_NONE && !lead) continue;
+        copy_param(p, (float *)local + p->offset, logical + full->params[i].offset, false);
+    }
+}
+
+void dt_model_local_from_logical(const dt_model *m, float *local, const dt_model *full,
+                                 const float *logical) {
+    DT_ASSERT(m->n_params == full->n_params);
+    for (int i = 0; i < m->n_params; i++) {
+        const dt_param *p = &m->params[i];
+        copy_param(p, local + p->offset, (float *)logical + full->params[i].offset, true);
     }
 }
 
@@ -415,17 +533,40 @@ int dt_model_count_correct(const dt_model *m, const dt_acts *a, const dt_batch *
 
 /* ---- blocks shared by the models --------------------------------------------- */
 
-/* linear (+ fused ReLU): dims = {IC, OC, relu, bias}; off = {weight, bias}. */
+void dt_block_tp_allreduce(const dt_block *b, float *buf, size_t n) {
+    if (!b->tp) return;
+    if (*b->tp_err) return; /* already failed: do not start more collectives */
+    dt_status st = dt_allreduce(b->tp, buf, n, DT_OP_SUM, DT_ALGO_AUTO);
+    if (st) *b->tp_err = st;
+}
+
+/* linear (+ fused ReLU): dims = {IC, OC, relu, bias, tp mode} (local sizes);
+ * off = {weight, bias}. */
 static size_t linear_saved(const dt_block *b, int B) { return 0; }
 static size_t linear_scratch(const dt_block *b, int B) {
     return b->dims[2] ? (size_t)B * (size_t)b->dims[1] : 0;
+}
+
+static void add_bias(float *out, const float *bias, int N, int OC) {
+    for (int i = 0; i < N; i++) {
+        float *o = out + (size_t)i * OC;
+        for (int j = 0; j < OC; j++) o[j] += bias[j];
+    }
 }
 
 static void linear_forward(const dt_block *b, const float *P, const dt_batch *batch,
                            const float *in, float *out, float *saved, float *scratch) {
     int IC = b->dims[0], OC = b->dims[1];
     const float *x = in ? in : batch->x;
-    dt_linear_forward(out, x, P + b->off[0], b->dims[3] ? P + b->off[1] : NULL, batch->B, IC, OC);
+    const float *bias = b->dims[3] ? P + b->off[1] : NULL;
+    if (b->dims[4] == DT_TP_ROW && b->tp) {
+        /* g: partial products summed over the group, then the (replicated) bias once. */
+        dt_linear_forward(out, x, P + b->off[0], NULL, batch->B, IC, OC);
+        dt_block_tp_allreduce(b, out, (size_t)batch->B * OC);
+        if (bias) add_bias(out, bias, batch->B, OC);
+    } else {
+        dt_linear_forward(out, x, P + b->off[0], bias, batch->B, IC, OC);
+    }
     if (b->dims[2]) dt_relu_forward(out, out, (size_t)batch->B * OC);
 }
 
@@ -443,27 +584,48 @@ static void linear_backward(const dt_block *b, const float *P, float *G, const d
     }
     dt_linear_backward(din, G + b->off[0], b->dims[3] ? G + b->off[1] : NULL, dpre, x,
                        P + b->off[0], batch->B, IC, OC);
+    /* f: the replicated input's gradient is the sum of every shard's part. */
+    if (b->dims[4] == DT_TP_COLUMN && din) dt_block_tp_allreduce(b, din, (size_t)batch->B * IC);
 }
 
 const dt_block_ops dt_block_linear_ops = {"linear", linear_saved, linear_scratch,
                                           linear_forward, linear_backward};
 
-void dt_add_linear(dt_builder *bd, const char *prefix, int IC, int OC, bool relu, bool bias) {
-    dt_block *b = dt_builder_block(bd, &dt_block_linear_ops, prefix, (size_t)IC, (size_t)OC);
+void dt_add_linear(dt_builder *bd, const char *prefix, int IC, int OC, bool relu, bool bias, int tp_mode) {
+    const dt_model_cfg *c = &bd->m->cfg;
+    int T = c->tp_size > 1 ? c->tp_size : 1, r = c->tp_size > 1 ? c->tp_rank : 0;
+    if (T == 1) tp_mode = DT_TP_NONE;
+    int ICl = tp_mode == DT_TP_ROW ? IC / T : IC, OCl = tp_mode == DT_TP_COLUMN ? OC / T : OC;
+    dt_block *b = dt_builder_block(bd, &dt_block_linear_ops, prefix, (size_t)ICl, (size_t)OCl);
     if (!b) return;
-    b->dims[0] = IC;
-    b->dims[1] = OC;
+    b->dims[0] = ICl;
+    b->dims[1] = OCl;
     b->dims[2] = relu;
     b->dims[3] = bias;
+    b->dims[4] = tp_mode;
     char name[64];
     float bound = 1.0f / sqrtf((float)IC); /* PyTorch's nn.Linear default */
     snprintf(name, sizeof name, "%s.weight", prefix);
-    dt_builder_param(bd, name, 2, (int64_t[]){OC, IC}, DT_INIT_UNIFORM, bound);
+    int64_t ws[2] = {OC, IC}, bs[1] = {OC};
+    if (tp_mode == DT_TP_COLUMN) {
+        int64_t ps = (int64_t)r * OCl, pl = OCl;
+        dt_builder_param_tp(bd, name, 2, ws, DT_INIT_UNIFORM, bound, DT_SPLIT_ROWS, 1, &ps, &pl);
+    } else if (tp_mode == DT_TP_ROW) {
+        int64_t ps = (int64_t)r * ICl, pl = ICl;
+        dt_builder_param_tp(bd, name, 2, ws, DT_INIT_UNIFORM, bound, DT_SPLIT_COLS, 1, &ps, &pl);
+    } else {
+        dt_builder_param(bd, name, 2, ws, DT_INIT_UNIFORM, bound);
+    }
     if (bias) {
         snprintf(name, sizeof name, "%s.bias", prefix);
-        dt_builder_param(bd, name, 1, (int64_t[]){OC}, DT_INIT_UNIFORM, bound);
+        if (tp_mode == DT_TP_COLUMN) {
+            int64_t ps = (int64_t)r * OCl, pl = OCl;
+            dt_builder_param_tp(bd, name, 1, bs, DT_INIT_UNIFORM, bound, DT_SPLIT_COLS, 1, &ps, &pl);
+        } else {
+            dt_builder_param(bd, name, 1, bs, DT_INIT_UNIFORM, bound);
+        }
     }
-    bd->m->flops_per_sample += 6LL * IC * OC;
+    bd->m->flops_per_sample += 6LL * ICl * OCl;
 }
 
 /* softmax cross-entropy: dims = {V, terms}; in (B, terms*V) logits, out (B, terms) losses,

@@ -65,6 +65,7 @@ void dt_dp_cfg_default(dt_dp_cfg *c) {
     c->overlap = true;
     c->first_block = c->last_block = -1;
     c->norm_comm = NULL;
+    c->tp_comm = NULL;
 }
 
 /* ---- the collective of one bucket ------------------------------------------- */
@@ -421,12 +422,22 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
     /* Global gradient norm over this rank's shard, summed across ranks. */
     if (max_norm > 0 || gnorm) {
         double ss = 0;
-        if (dp->cfg.zero == 2) ss = dt_sumsq(dp->gshard, dp->shard);
-        else
-            for (int k = 0; k < dp->nb; k++) ss += dt_sumsq(m->g + dp->b[k].own_off, dp->b[k].own_len);
+        bool skip_rep = dp->cfg.tp_comm && dt_comm_rank(dp->cfg.tp_comm) != 0;
+        for (int k = 0; k < dp->nb; k++) {
+            const bucket *b = &dp->b[k];
+            for (int i = 0; i < m->n_params; i++) {
+                const dt_param *p = &m->params[i];
+                size_t a = p->offset > b->own_off ? p->offset : b->own_off;
+                size_t e = p->offset + p->numel < b->own_off + b->own_len ? p->offset + p->numel : b->own_off + b->own_len;
+                if (a >= e || (skip_rep && p->split == DT_SPLIT_NONE)) continue;
+                const float *g = dp->cfg.zero == 2 ? dp->gshard + b->state_off + (a - b->own_off) : m->g + a;
+                ss += dt_sumsq(g, e - a);
+            }
+        }
         double t0 = dt_now();
         if (dp->cfg.zero && dp->size > 1 && (st = dt_allreduce_f64(dp->comm, &ss, 1))) return st;
         if (dp->cfg.norm_comm && (st = dt_allreduce_f64(dp->cfg.norm_comm, &ss, 1))) return st;
+        if (dp->cfg.tp_comm && (st = dt_allreduce_f64(dp->cfg.tp_comm, &ss, 1))) return st;
         dp->stats.exposed_s += dt_now() - t0;
         double norm = sqrt(ss);
         if (gnorm) *gnorm = norm;

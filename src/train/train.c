@@ -34,6 +34,7 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->timeout = 60.0;
     c->ckpt_keep = 3;
     c->pp = 1;
+    c->tp = 1;
     c->pipe.micro_batches = 1;
     c->pipe.schedule = DT_SCHED_1F1B;
     dt_dp_cfg_default(&c->dp);
@@ -85,6 +86,13 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->ckpt_every < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-every must be >= 0");
     if (c->pp < 1 || c->pp > 256) return dt_errorf(DT_ERR_INVALID, "--pp %d is out of range [1, 256]", c->pp);
     if (c->pipe.micro_batches < 1) return dt_errorf(DT_ERR_INVALID, "--micro-batches must be >= 1");
+    if (c->tp < 1 || c->tp > 256) return dt_errorf(DT_ERR_INVALID, "--tp %d is out of range [1, 256]", c->tp);
+    if (c->tp > 1) {
+        dt_model_cfg mc = c->model;
+        mc.tp_size = c->tp;
+        mc.tp_rank = 0;
+        if ((st = dt_model_cfg_check(&mc))) return st;
+    }
     if (c->pp > 1 && c->accum > 1)
         return dt_errorf(DT_ERR_INVALID, "--accum is for data parallelism alone; with --pp use --micro-batches");
     if (c->ckpt_keep < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-keep must be >= 0");
@@ -232,6 +240,7 @@ static dt_status evaluate(const dt_model *m, dt_acts *a, const run_data *d, batc
         }
         if (counts) sums[2] += (double)b * (d->lm ? d->T : 1);
     }
+    if (!counts) sums[0] = sums[1] = 0; /* another rank reports these samples */
     dt_status st = dt_allreduce_f64(comm, sums, 3);
     if (st) return st;
     *acc = d->lm ? -1.0f : (sums[2] > 0 ? (float)(sums[1] / sums[2]) : NAN);
@@ -371,7 +380,7 @@ static void keep_metrics_upto(const char *path, int64_t step) {
  * Every rank reads the checkpoint (a shared file system for multi-host jobs),
  * takes the full logical parameters and its own shard of the optimizer state:
  * any layout resumes any checkpoint. */
-static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_dp *dp, int64_t pos[2],
+static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full, dt_dp *dp, int64_t pos[2],
                              int64_t *start_step, bool lead) {
     char path[4096];
     dt_status st;
@@ -384,16 +393,30 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_dp *dp, int6
     } else {
         snprintf(path, sizeof path, "%s", c->resume);
     }
-    float *M = dt_alloc_floats(m->n), *V = dt_alloc_floats(m->n);
-    if (!M || !V) {
+    /* With tensor parallelism the checkpoint's logical tensors are loaded into the
+     * unsharded model `full`, and this rank takes its shards. */
+    dt_model *lm = full ? full : m;
+    float *M = dt_alloc_floats(lm->n), *V = dt_alloc_floats(lm->n);
+    float *Ml = full ? dt_alloc_floats(m->n) : NULL, *Vl = full ? dt_alloc_floats(m->n) : NULL;
+    if (!M || !V || (full && (!Ml || !Vl))) {
         dt_free(M);
         dt_free(V);
+        dt_free(Ml);
+        dt_free(Vl);
         return dt_errorf(DT_ERR_NOMEM, "out of memory resuming from %s", path);
     }
     dt_ckpt_state s;
     double tl = dt_now();
-    st = dt_ckpt_load(path, m, M, V, &s);
+    st = dt_ckpt_load(path, lm, M, V, &s);
     tl = dt_now() - tl;
+    if (!st && full) {
+        dt_model_local_from_logical(m, m->w, full, full->w);
+        dt_model_local_from_logical(m, Ml, full, M);
+        dt_model_local_from_logical(m, Vl, full, V);
+        float *t;
+        t = M; M = Ml; Ml = t;
+        t = V; V = Vl; Vl = t;
+    }
     if (!st && s.optim != c->optim.kind)
         st = dt_errorf(DT_ERR_INVALID, "%s was written with --optim %s; resume with the same optimizer", path,
                        s.optim == DT_OPTIM_ADAMW ? "adamw" : "sgd");
@@ -414,7 +437,20 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_dp *dp, int6
     }
     dt_free(M);
     dt_free(V);
+    dt_free(Ml);
+    dt_free(Vl);
     return st;
+}
+
+/* ---- gathering logical tensors (tensor/pipeline parallelism) -------------------
+ * Each element of the logical model is held by exactly one (stage, tp rank)
+ * pair of replica 0 (replicated tensors: tp rank 0); every such rank writes its
+ * part into a zeroed logical buffer and a sum over the world assembles it. */
+static dt_status gather_logical(const dt_model *m, const float *local, const dt_model *full,
+                                float *logical, bool contribute, const bool *stage_mask, dt_comm *world) {
+    memset(logical, 0, full->n * sizeof(float));
+    if (contribute) dt_model_local_to_logical(m, local, full, logical, true, stage_mask);
+    return dt_allreduce(world, logical, full->n, DT_OP_SUM, DT_ALGO_AUTO);
 }
 
 /* ---- watchdog: a step that makes no progress for too long ends the process
@@ -480,7 +516,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     dt_dp *dp = NULL;
     dt_trace *trace = NULL;
     dt_ckpt_writer *ckw = NULL;
-    dt_comm *dpc = comm, *ppc = NULL;
+    dt_comm *dpc = comm, *ppc = NULL, *tpc = NULL;
+    dt_model *full = NULL;
+    float *gbuf[4] = {NULL, NULL, NULL, NULL}; /* tp checkpoints: local M, V; logical M, V */
+    bool *smask = NULL;
     dt_pipe *pipe = NULL;
     int *writers = NULL;
     bool *pmask = NULL;
@@ -495,26 +534,48 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         st = dt_errorf(DT_ERR_INVALID, "the training set is empty");
         goto done;
     }
-    if ((st = dt_model_create(&m, &c->model))) goto done;
-    dt_model_init(m, c->seed);
-    if (c->init && (st = dt_weights_load(m, c->init))) goto done;
-
-    /* The mesh: pp stages (outer) x dp replicas (inner); rank = stage*D + replica. */
-    int P = c->pp, D = world / P;
-    if (world % P) {
-        st = dt_errorf(DT_ERR_INVALID, "%d ranks do not split into --pp %d stages (the world must be dp x pp)", world, P);
+    /* The mesh: pp stages (outermost) x dp replicas x tp ranks (fastest):
+     * rank = (stage*D + replica)*TP + tpr. Tensor-parallel peers are neighbours,
+     * so on a cluster they share a host and its fast links, as in Megatron. */
+    int P = c->pp, TP = c->tp;
+    if (world % (P * TP)) {
+        st = dt_errorf(DT_ERR_INVALID, "%d ranks do not split into --pp %d x --tp %d (the world must be dp x pp x tp)", world, P, TP);
         goto done;
+    }
+    int D = world / (P * TP);
+    int tpr = rank % TP, replica = (rank / TP) % D, stage = rank / (TP * D);
+    dt_model_cfg mcfg = c->model;
+    mcfg.tp_size = TP;
+    mcfg.tp_rank = tpr;
+    if ((st = dt_model_create(&m, &mcfg))) goto done;
+    dt_model_init(m, c->seed);
+    if (TP > 1 || P > 1) {
+        /* The unsharded model: for weights files, checkpoints and --init. */
+        dt_model_cfg fc = c->model;
+        fc.tp_size = 0;
+        fc.tp_rank = 0;
+        if ((st = dt_model_create(&full, &fc))) goto done;
+    }
+    if (c->init) {
+        if (TP > 1) {
+            if ((st = dt_weights_load(full, c->init))) goto done;
+            dt_model_local_from_logical(m, m->w, full, full->w);
+        } else if ((st = dt_weights_load(m, c->init))) {
+            goto done;
+        }
     }
     if (P > m->n_blocks) {
         st = dt_errorf(DT_ERR_INVALID, "--pp %d: the %s has only %d blocks", P, dt_model_kind_name(m->cfg.kind), m->n_blocks);
         goto done;
     }
-    int stage = rank / D, replica = rank % D;
-    if (P > 1) {
-        if ((st = dt_comm_split(comm, stage, replica, &dpc))) goto done;
-        if ((st = dt_comm_split(comm, replica, stage, &ppc))) goto done;
+    if (P > 1 || TP > 1) {
+        if ((st = dt_comm_split(comm, stage * TP + tpr, replica, &dpc))) goto done;
+        if ((st = dt_comm_split(comm, replica * TP + tpr, stage, &ppc))) goto done;
+        if ((st = dt_comm_split(comm, stage * D + replica, tpr, &tpc))) goto done;
         dt_comm_set_timeout(dpc, c->timeout);
         dt_comm_set_timeout(ppc, c->timeout);
+        dt_comm_set_timeout(tpc, c->timeout);
+        dt_model_set_tp(m, tpc);
     }
     int B = c->batch;
     int local_max = (B + D - 1) / D;                   /* largest shard of a global batch */
@@ -568,14 +629,18 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         }
         dcfg.first_block = part.first[stage];
         dcfg.last_block = part.first[stage + 1] - 1;
-        dcfg.norm_comm = ppc;
     }
+    /* The gradient norm sums over stages and, for sharded tensors, over the tp
+     * group (replicated tensors hold the same gradient on every tp rank and
+     * count once). */
+    dcfg.norm_comm = P > 1 ? ppc : NULL;
+    dcfg.tp_comm = TP > 1 ? tpc : NULL;
     if ((st = dt_dp_create(&dp, m, dpc, &dcfg, &c->optim))) goto done;
     if ((st = dt_dp_broadcast_params(dp))) goto done;
     if (P > 1 && (st = dt_pipe_create(&pipe, m, ppc, &part, &c->pipe, micro_max))) goto done;
     int64_t start_step = 0;
     res->resumed_from = -1;
-    if (c->resume && (st = resume_from(c, m, dp, sampler_pos, &start_step, lead))) goto done;
+    if (c->resume && (st = resume_from(c, m, TP > 1 ? full : NULL, dp, sampler_pos, &start_step, lead))) goto done;
     if (start_step > 0) res->resumed_from = start_step;
 
     int64_t steps_per_epoch = (d.n_train + B - 1) / B;
@@ -586,6 +651,16 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     }
     if ((st = dt_sampler_init(&sampler, d.n_train, c->seed, true, false, replica, D))) goto done;
     if (sampler_pos[0] >= 0 && (st = dt_sampler_seek(&sampler, sampler_pos[0], sampler_pos[1]))) goto done;
+    /* The parameters this rank's stage owns. */
+    smask = dt_calloc((size_t)m->n_params + 1, sizeof(bool));
+    if (!smask) {
+        st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    {
+        int bf = P > 1 ? part.first[stage] : 0, bl = P > 1 ? part.first[stage + 1] - 1 : m->n_blocks - 1;
+        for (int i = 0; i < m->n_params; i++) smask[i] = m->params[i].block >= bf && m->params[i].block <= bl;
+    }
     /* Checkpoint files: replica 0 of each stage writes its stage's parameters; the
      * optimizer state is written by every rank under ZeRO-1/2 (each holds a
      * different shard), by replica 0 of each stage under ZeRO-0. */
@@ -597,11 +672,22 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             st = dt_errorf(DT_ERR_NOMEM, "out of memory");
             goto done;
         }
+        /* With tensor parallelism the shards are gathered into logical tensors
+         * and rank 0 writes them all. */
         for (int r = 0; r < world; r++)
-            if (c->dp.zero || r % D == 0) writers[n_writers++] = r;
-        int bf = P > 1 ? part.first[stage] : 0, bl = P > 1 ? part.first[stage + 1] - 1 : m->n_blocks - 1;
+            if (TP > 1 ? r == 0 : (c->dp.zero || (r / TP) % D == 0)) writers[n_writers++] = r;
         for (int i = 0; i < m->n_params; i++)
-            pmask[i] = replica == 0 && m->params[i].block >= bf && m->params[i].block <= bl;
+            pmask[i] = TP > 1 ? rank == 0 : (replica == 0 && smask[i]);
+        if (TP > 1) {
+            gbuf[0] = dt_alloc_floats(m->n);
+            gbuf[1] = dt_alloc_floats(m->n);
+            gbuf[2] = dt_alloc_floats(full->n);
+            gbuf[3] = dt_alloc_floats(full->n);
+            if (!gbuf[0] || !gbuf[1] || !gbuf[2] || !gbuf[3]) {
+                st = dt_errorf(DT_ERR_NOMEM, "out of memory for checkpoint buffers");
+                goto done;
+            }
+        }
         if ((st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, world, writers, n_writers, c->ckpt_keep, 10 * c->timeout)))
             goto done;
     }
@@ -668,6 +754,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             else sb.x = bb.x;
             double tb = dt_now();
             if ((st = dt_pipe_step(pipe, dp, &sb, m->cfg.in_dim, &local_loss))) goto done;
+            if (m->tp_err) {
+                st = dt_errorf(m->tp_err, "tensor-parallel all-reduce failed: %s", dt_error_msg());
+                goto done;
+            }
             bwd_s = dt_now() - tb;
             if (trace) dt_trace_event(trace, "pipeline schedule", DT_TRACE_COMPUTE, tb, tb + bwd_s, step + 1, -1);
         }
@@ -691,6 +781,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                     dt_trace_event(trace, "backward", DT_TRACE_COMPUTE, tb, te, step + 1, mi);
                 }
             }
+            if (m->tp_err) {
+                st = dt_errorf(m->tp_err, "tensor-parallel all-reduce failed: %s", dt_error_msg());
+                goto done;
+            }
             if ((st = dt_dp_end_backward(dp))) goto done;
         }
         double tc1 = dt_now();
@@ -711,17 +805,42 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             cs.zero = c->dp.zero;
             cs.dp = D;
             cs.pp = P;
-            cs.tp = 1;
+            cs.tp = TP;
             cs.batch = B;
             cs.optim = c->optim.kind;
             snprintf(cs.config, sizeof cs.config, "%s", c->config_json ? c->config_json : "{}");
             dt_ckpt_shard shard;
             dt_dp_shard(dp, &shard);
             double ts = dt_now();
-            if ((st = dt_ckpt_save_async(ckw, m, dt_dp_optim(dp), &shard, pmask, &cs))) goto done;
+            if (TP > 1) {
+                /* Gather logical parameters and optimizer state to rank 0, which writes them. */
+                const dt_optim *o = dt_dp_optim(dp);
+                bool owns = c->dp.zero || replica == 0;
+                float *src[2] = {o->m, o->v};
+                for (int k = 0; k < 2; k++) {
+                    memset(gbuf[k], 0, m->n * sizeof(float));
+                    if (owns && src[k])
+                        for (int r = 0; r < shard.n; r++)
+                            memcpy(gbuf[k] + shard.arena_off[r], src[k] + shard.state_off[r], shard.len[r] * sizeof(float));
+                }
+                if ((st = gather_logical(m, m->w, full, full->w, replica == 0, smask, comm))) goto done;
+                if ((st = gather_logical(m, gbuf[0], full, gbuf[2], owns, smask, comm))) goto done;
+                if ((st = gather_logical(m, gbuf[1], full, gbuf[3], owns, smask, comm))) goto done;
+                if (rank == 0) {
+                    dt_optim fo = *o;
+                    fo.n = full->n;
+                    fo.m = o->m ? gbuf[2] : NULL;
+                    fo.v = o->v ? gbuf[3] : NULL;
+                    size_t zero_off = 0, all = full->n;
+                    dt_ckpt_shard one = {1, &zero_off, &all, &zero_off};
+                    if ((st = dt_ckpt_save_async(ckw, full, &fo, &one, pmask, &cs))) goto done;
+                }
+            } else if ((st = dt_ckpt_save_async(ckw, m, dt_dp_optim(dp), &shard, pmask, &cs))) {
+                goto done;
+            }
             if (trace) dt_trace_event(trace, "checkpoint snapshot", DT_TRACE_COMPUTE, ts, dt_now(), step + 1, -1);
         }
-        double loss_d = local_loss;
+        double loss_d = tpr == 0 ? local_loss : 0.0; /* tp ranks compute the same loss */
         if (world > 1 && (st = dt_allreduce_f64(comm, &loss_d, 1))) goto done;
         float loss = (float)loss_d;
         if (!isfinite(loss)) {
@@ -785,7 +904,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if ((c->eval_every > 0 && (step + 1) % c->eval_every == 0) || last) {
             double te = dt_now();
             if ((st = evaluate(m, eacts, &d, &bb, eB, c->eval_max, comm, pipe, replica, D,
-                               !pipe || stage == P - 1, &acc, &eloss)))
+                               (!pipe || stage == P - 1) && tpr == 0, &acc, &eloss)))
                 goto done;
             if (trace) dt_trace_event(trace, "eval", DT_TRACE_COMPUTE, te, dt_now(), step + 1, -1);
             t0 += dt_now() - te; /* evaluation time is not training throughput */
@@ -875,13 +994,13 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                 res->mem.grad_staging_peak, res->mem.optim_bytes, res->mem.shard_floats,
                 dt_dp_n_buckets(dp), res->comm_s, res->exposed_s, res->backward_s);
 
-    if (pipe && replica == 0 && c->out_dir && (st = dt_pipe_gather_params(pipe))) goto done;
+    if (full && c->out_dir && (st = gather_logical(m, m->w, full, full->w, replica == 0, smask, comm))) goto done;
     if (lead && c->out_dir) {
         snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
         char steps_s[32];
         snprintf(steps_s, sizeof steps_s, "%lld", (long long)total);
         const char *kv[] = {"steps", steps_s};
-        if ((st = dt_weights_save(m, path, 1, kv))) goto done;
+        if ((st = dt_weights_save(full ? full : m, path, 1, kv))) goto done;
         if (!quiet) dt_log(DT_LOG_INFO, "wrote %s and %s/metrics.jsonl", path, c->out_dir);
     }
     if (trace) {
@@ -895,6 +1014,8 @@ done:
     dt_ckpt_writer_destroy(ckw);
     dt_free(writers);
     dt_free(pmask);
+    dt_free(smask);
+    for (int k = 0; k < 4; k++) dt_free(gbuf[k]);
     dt_pipe_destroy(pipe);
     if (dpc != comm) dt_comm_destroy(dpc);
     dt_comm_destroy(ppc);

@@ -153,7 +153,8 @@ static const char *train_help =
     "  --bucket-mb MB       gradient bucket size [4]\n"
     "  --no-overlap         communicate after backward instead of during it\n"
     "  --accum K            micro-batches per step, no sync in between [1]\n"
-    "  --pp P               pipeline stages (the world is dp x pp; -n N gives dp = N/P) [1]\n"
+    "  --tp T               tensor (Megatron) parallel group size: mlp and gpt [1]\n"
+    "  --pp P               pipeline stages [1]; the world is dp x pp x tp, dp = N/(P*T)\n"
     "  --micro-batches M    micro-batches per step through the pipeline [1]\n"
     "  --schedule gpipe|1f1b  pipeline schedule [1f1b]\n"
     "  --pp-partition auto|uniform|N1,N2,...  blocks per stage; auto balances measured\n"
@@ -242,6 +243,7 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
             else if (strcmp(f, "--schedule") == 0 && strcmp(v, "1f1b") == 0) t->pipe.schedule = DT_SCHED_1F1B;
             else rc = usage_error("%s must be %s, got '%s'", f, strcmp(f, "--schedule") == 0 ? "gpipe or 1f1b (pipeline), or cosine or constant (lr)" : "cosine or constant", v);
         } else if (strcmp(f, "--pp") == 0) { NEEDV(); rc = parse_int(f, v, 1, 256, &t->pp);
+        } else if (strcmp(f, "--tp") == 0) { NEEDV(); rc = parse_int(f, v, 1, 256, &t->tp);
         } else if (strcmp(f, "--micro-batches") == 0) { NEEDV(); rc = parse_int(f, v, 1, 1 << 16, &t->pipe.micro_batches);
         } else if (strcmp(f, "--pp-partition") == 0) { NEEDV(); t->pp_partition = v;
         } else if (strcmp(f, "--recompute") == 0) { t->pipe.recompute = true;
