@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Tensor (Megatron) parallelism and the hybrid mesh: equivalence to one process
+# (losses within relative 1e-4 for 20 steps, final weights within rtol 1e-3) for
+# tp=2, dp=2 x tp=2, tp=2 x pp=2, with ZeRO-1 and with clipping; checkpoints
+# written at tp=2 x pp=2 resume at dp=4 and on 1 rank; clear refusals.
+set -u
+dt="$1/dtrain"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
+fails=0; passes=0
+ok()   { echo "ok   $*"; passes=$((passes+1)); }
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+run() { local out=$1; shift; "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { echo "  run $out failed:"; tail -5 "$tmp/$out.log"; return 1; }; }
+losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e]*\).*/\1 \2/'; }
+close_after() {
+  awk -v s="$3" -v tol="$4" 'NR == FNR { a[$1] = $2; next }
+    ($1 in a) && $1 > s { n++; d = a[$1] - $2; if (d < 0) d = -d; r = d / (a[$1] < 0 ? -a[$1] : a[$1]); if (r > w) w = r }
+    END { printf "%d steps after %d, worst relative loss difference %.2g\n", n, s, w; exit !(n > 0 && w <= tol) }' \
+    <(losses "$1") <(losses "$2")
+}
+
+MLP="--model mlp --hidden 64,48,32 --batch 32 --steps 20 --lr 0.05 --log-every 1 --quiet"
+GPT="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch 8 --steps 20 --lr 3e-3 --warmup 2 --log-every 1 --eval-max 16 --quiet"
+
+for model in mlp gpt; do
+  if [ $model = mlp ]; then args=$MLP; else args=$GPT; fi
+  run ${model}_1 $args || fail "$model 1 rank"
+  run ${model}_1c $args --clip 0.3 || fail "$model 1 rank clip"
+  for layout in "-n 2 --tp 2" "-n 4 --tp 2" "-n 4 --tp 2 --pp 2 --micro-batches 2" "-n 4 --tp 2 --zero 1" "-n 2 --tp 2 --clip 0.3"; do
+    name=${model}_$(echo "$layout" | tr -d ' -.')
+    ref=${model}_1; case "$layout" in *clip*) ref=${model}_1c;; esac
+    if run $name $layout $args; then
+      if msg=$(close_after "$tmp/$ref" "$tmp/$name" 0 1e-4) && "$dt" diff "$tmp/$ref/model.safetensors" "$tmp/$name/model.safetensors" --rtol 1e-3 --atol 1e-5 > /dev/null; then
+        ok "$model $layout: $msg, final weights within rtol 1e-3"
+      else fail "$model $layout: $msg"; fi
+    else fail "$model $layout did not run"; fi
+  done
+done
+
+# a checkpoint written at tp=2 x pp=2 (ZeRO-1) resumes at dp=4, at 1 rank, at tp=2
+run ck -n 4 --tp 2 --pp 2 --micro-batches 2 --zero 1 $GPT --ckpt-dir "$tmp/ck" --ckpt-every 10 || fail "tp x pp checkpoint run"
+grep -q "dp=1 pp=2 tp=2" <("$dt" inspect "$tmp/ck/ckpt-0000000010") && ok "inspect shows the layout written from" || fail "inspect layout"
+for layout in "-n 4" "-n 1" "-n 2 --tp 2"; do
+  name=res_$(echo "$layout" | tr -d ' -')
+  if run $name $layout $GPT --resume "$tmp/ck/ckpt-0000000010" && msg=$(close_after "$tmp/ck" "$tmp/$name" 10 1e-4); then
+    ok "tp=2 x pp=2 checkpoint resumed with $layout: $msg"; else fail "tp x pp checkpoint -> $layout: ${msg:-}"; fi
+done
+
+# refusals, one line each
+expect() { local pat=$1; shift; local err; err=$("$dt" train "$@" 2>&1 >/dev/null); local rc=$?
+  if [ $rc -ne 0 ] && grep -q -- "$pat" <<<"$err"; then ok "refused: $err"; else fail "rc=$rc for $*: $err"; fi; }
+expect "must divide --n-head 2" --tp 4 $GPT
+expect "supports the mlp and the gpt" --tp 2 --model cnn --steps 1
+expect "do not split into --pp 1 x --tp 2" -n 3 --tp 2 $MLP
+expect "must divide the hidden size 50" --tp 4 --model mlp --hidden 50,48 --steps 1
+
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]
