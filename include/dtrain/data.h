@@ -89,6 +89,7 @@ typedef struct dt_sampler {
     int64_t epoch;      /* current epoch */
     int64_t index;      /* next position in this epoch's permutation */
     int64_t *perm;      /* (n) permutation of the current epoch */
+    const double *weights; /* (world) relative shard sizes, NULL: equal (see below) */
 } dt_sampler;
 
 dt_status dt_sampler_init(dt_sampler *s, int64_t n, uint64_t seed, bool shuffle,
@@ -101,6 +102,11 @@ void dt_sampler_free(dt_sampler *s); /* NULL ok */
  * never spans two epochs. */
 void dt_sampler_next(dt_sampler *s, int global_batch, int64_t *idx, int *local_n,
                      int *global_n);
+/* Uneven shards (heterogeneity-aware balancing): rank r's share of each global
+ * batch is proportional to weights[r] (borrowed; world entries, all >= 0, not all
+ * 0); NULL restores equal shards. Every rank must pass the same weights. The
+ * shards stay contiguous and in rank order, so the global batches do not change. */
+void dt_sampler_set_weights(dt_sampler *s, const double *weights);
 /* Moves to (epoch, index), regenerating the permutation; index in [0, n]. */
 dt_status dt_sampler_seek(dt_sampler *s, int64_t epoch, int64_t index);
 

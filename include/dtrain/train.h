@@ -4,6 +4,7 @@
 #ifndef DTRAIN_TRAIN_H
 #define DTRAIN_TRAIN_H
 
+#include "dtrain/aggregate.h"
 #include "dtrain/comm.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
@@ -14,14 +15,19 @@
 extern "C" {
 #endif
 
-/* --inject crash:rank=R:step=S | hang:rank=R:step=S | slow:rank=R:factor=F */
-typedef enum { DT_INJECT_CRASH, DT_INJECT_HANG, DT_INJECT_SLOW } dt_inject_kind;
+/* --inject crash:rank=R:step=S | hang:rank=R:step=S | slow:rank=R:factor=F |
+ *          byzantine:rank=R:mode=signflip|random|scale:X */
+typedef enum { DT_INJECT_CRASH, DT_INJECT_HANG, DT_INJECT_SLOW, DT_INJECT_BYZANTINE } dt_inject_kind;
+typedef enum { DT_BYZ_SIGNFLIP, DT_BYZ_RANDOM, DT_BYZ_SCALE } dt_byz_mode;
 typedef struct dt_inject {
     dt_inject_kind kind;
     int rank;
     int64_t step;            /* 1-based step at which crash/hang happens */
-    float factor;            /* slow: compute takes factor times as long */
+    float factor;            /* slow: compute takes factor times as long; byzantine scale: X */
+    dt_byz_mode mode;        /* byzantine: what the rank sends instead of its gradient */
 } dt_inject;
+
+typedef enum { DT_STRATEGY_SYNC, DT_STRATEGY_LOCALSGD } dt_strategy;
 dt_status dt_inject_parse(const char *spec, dt_inject *out);
 
 typedef struct dt_train_cfg {
@@ -62,6 +68,11 @@ typedef struct dt_train_cfg {
     int pp;                  /* pipeline stages [1] */
     dt_pipe_cfg pipe;        /* micro-batches, schedule, recompute */
     const char *pp_partition;/* "auto", "uniform" or block counts "2,3,1" [uniform] */
+    /* consistency, robustness, heterogeneity */
+    dt_strategy strategy;    /* sync data parallelism [sync], or local SGD */
+    int local_h;             /* local SGD: average parameters every H steps */
+    dt_agg agg;              /* Byzantine-robust aggregation (DT_AGG_NONE: bucketed all-reduce) */
+    bool balance_dynamic;    /* split each global batch by measured worker speed */
 } dt_train_cfg;
 
 typedef struct dt_train_result {

@@ -75,12 +75,26 @@ void dt_sampler_next(dt_sampler *s, int global_batch, int64_t *idx, int *local_n
     int64_t b = left < global_batch ? left : global_batch;
     int64_t lo = (int64_t)s->rank * b / s->world;
     int64_t hi = ((int64_t)s->rank + 1) * b / s->world;
+    if (s->weights) {
+        /* Boundaries at floor(b * cumulative weight / total): contiguous, in rank
+         * order, summing to b, identical on every rank. */
+        double tot = 0, before = 0;
+        for (int r = 0; r < s->world; r++) {
+            tot += s->weights[r];
+            if (r < s->rank) before += s->weights[r];
+        }
+        lo = (int64_t)((double)b * before / tot);
+        hi = s->rank == s->world - 1 ? b : (int64_t)((double)b * (before + s->weights[s->rank]) / tot);
+        if (hi < lo) hi = lo;
+    }
     DT_ASSERT(hi - lo == 0 || idx);
     for (int64_t i = lo; i < hi; i++) idx[i - lo] = s->perm[s->index + i];
     s->index += b;
     *local_n = (int)(hi - lo);
     *global_n = (int)b;
 }
+
+void dt_sampler_set_weights(dt_sampler *s, const double *weights) { s->weights = weights; }
 
 dt_status dt_sampler_seek(dt_sampler *s, int64_t epoch, int64_t index) {
     DT_ASSERT(s && s->perm);

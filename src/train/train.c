@@ -87,6 +87,15 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->pp < 1 || c->pp > 256) return dt_errorf(DT_ERR_INVALID, "--pp %d is out of range [1, 256]", c->pp);
     if (c->pipe.micro_batches < 1) return dt_errorf(DT_ERR_INVALID, "--micro-batches must be >= 1");
     if (c->tp < 1 || c->tp > 256) return dt_errorf(DT_ERR_INVALID, "--tp %d is out of range [1, 256]", c->tp);
+    bool byz = false;
+    for (int i = 0; i < c->n_inject; i++) byz |= c->inject[i].kind == DT_INJECT_BYZANTINE;
+    if ((c->strategy == DT_STRATEGY_LOCALSGD || c->agg.kind != DT_AGG_NONE || byz || c->balance_dynamic) &&
+        (c->pp > 1 || c->tp > 1 || c->dp.zero))
+        return dt_errorf(DT_ERR_INVALID, "--strategy localsgd, --aggregate, byzantine injection and --balance dynamic are for plain data parallelism: drop --pp, --tp and --zero");
+    if (c->strategy == DT_STRATEGY_LOCALSGD && (c->local_h < 1 || c->agg.kind != DT_AGG_NONE))
+        return dt_errorf(DT_ERR_INVALID, "--strategy localsgd:H needs H >= 1 and no --aggregate");
+    if (c->strategy == DT_STRATEGY_LOCALSGD && c->ckpt_every % c->local_h)
+        return dt_errorf(DT_ERR_INVALID, "with --strategy localsgd:%d, --ckpt-every must be a multiple of %d (checkpoints at averaging steps)", c->local_h, c->local_h);
     if (c->tp > 1) {
         dt_model_cfg mc = c->model;
         mc.tp_size = c->tp;
@@ -110,8 +119,10 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
     if (kl == 5 && strncmp(spec, "crash", 5) == 0) out->kind = DT_INJECT_CRASH;
     else if (kl == 4 && strncmp(spec, "hang", 4) == 0) out->kind = DT_INJECT_HANG;
     else if (kl == 4 && strncmp(spec, "slow", 4) == 0) out->kind = DT_INJECT_SLOW;
+    else if (kl == 9 && strncmp(spec, "byzantine", 9) == 0) out->kind = DT_INJECT_BYZANTINE;
     else
-        return dt_errorf(DT_ERR_INVALID, "--inject '%s': kind must be crash, hang or slow", spec);
+        return dt_errorf(DT_ERR_INVALID, "--inject '%s': kind must be crash, hang, slow or byzantine", spec);
+    bool have_mode = false;
     while (p && *p == ':') {
         p++;
         const char *eq = strchr(p, '=');
@@ -130,13 +141,31 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
             double v = strtod(eq + 1, &end);
             if (errno || end == eq + 1 || !(v >= 1.0 && v <= 1000.0)) return dt_errorf(DT_ERR_INVALID, "--inject '%s': factor must be in [1, 1000]", spec);
             out->factor = (float)v;
+        } else if (strncmp(p, "mode=", 5) == 0) {
+            const char *v = eq + 1;
+            have_mode = true;
+            if (strncmp(v, "signflip", 8) == 0) { out->mode = DT_BYZ_SIGNFLIP; end = (char *)v + 8; }
+            else if (strncmp(v, "random", 6) == 0) { out->mode = DT_BYZ_RANDOM; end = (char *)v + 6; }
+            else if (strncmp(v, "scale:", 6) == 0) {
+                out->mode = DT_BYZ_SCALE;
+                double x = strtod(v + 6, &end);
+                if (end == v + 6 || !(x >= -1e6 && x <= 1e6))
+                    return dt_errorf(DT_ERR_INVALID, "--inject '%s': scale:X needs a number", spec);
+                out->factor = (float)x;
+            } else {
+                return dt_errorf(DT_ERR_INVALID, "--inject '%s': mode must be signflip, random or scale:X", spec);
+            }
         } else {
-            return dt_errorf(DT_ERR_INVALID, "--inject '%s': unknown key (rank, step, factor)", spec);
+            return dt_errorf(DT_ERR_INVALID, "--inject '%s': unknown key (rank, step, factor, mode)", spec);
         }
         p = end;
         if (*p && *p != ':') return dt_errorf(DT_ERR_INVALID, "--inject '%s': junk after a value", spec);
     }
     if (out->rank < 0) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs rank=R", spec);
+    if (out->kind == DT_INJECT_BYZANTINE) {
+        if (!have_mode) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs mode=signflip|random|scale:X", spec);
+        return DT_OK;
+    }
     if (out->kind != DT_INJECT_SLOW && out->step < 1) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs step=S", spec);
     if (out->kind == DT_INJECT_SLOW && out->factor < 1.0f) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs factor=F", spec);
     return DT_OK;
@@ -376,6 +405,42 @@ static void keep_metrics_upto(const char *path, int64_t step) {
     else remove(tmp);
 }
 
+/* ---- Byzantine-robust aggregation ------------------------------------------
+ * Every worker's own mean gradient is gathered (an all-gather of D x P floats),
+ * a rank told to misbehave (--inject byzantine) corrupts its own first, and
+ * every rank computes the same robust aggregate into its gradient arena. */
+typedef struct agg_state {
+    dt_agg a;
+    float *vecs;      /* (D, P) */
+    float *scratch;
+} agg_state;
+
+static dt_status robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, agg_state *ag,
+                                  int64_t step) {
+    int r = dt_comm_rank(dpc), D = dt_comm_size(dpc);
+    size_t P = m->n;
+    for (int i = 0; i < c->n_inject; i++) {
+        const dt_inject *in = &c->inject[i];
+        if (in->kind != DT_INJECT_BYZANTINE || in->rank != r) continue;
+        /* signflip: the negated gradient amplified 10x, as an attacker pulling the
+         * model uphill would send; random: noise 100x the honest gradient's rms,
+         * fresh every step; scale:X: the gradient times X. */
+        if (in->mode == DT_BYZ_SIGNFLIP) dt_scale(m->g, P, -10.0f);
+        else if (in->mode == DT_BYZ_SCALE) dt_scale(m->g, P, in->factor);
+        else {
+            double rms = sqrt(dt_sumsq(m->g, P) / (double)(P ? P : 1));
+            dt_rng rng;
+            dt_rng_init(&rng, c->seed ^ 0xbad5eedull, 0x9000 + (uint64_t)step);
+            for (size_t j = 0; j < P; j++) m->g[j] = (float)(100.0 * rms) * dt_rng_normal(&rng);
+        }
+    }
+    memcpy(ag->vecs + (size_t)r * P, m->g, P * sizeof(float));
+    dt_status st = dt_allgather(dpc, ag->vecs, (size_t)D * P, c->dp.algo);
+    if (st) return st;
+    dt_agg_apply(&ag->a, m->g, ag->vecs, D, P, ag->scratch);
+    return DT_OK;
+}
+
 /* ---- resume ------------------------------------------------------------------
  * Every rank reads the checkpoint (a shared file system for multi-host jobs),
  * takes the full logical parameters and its own shard of the optimizer state:
@@ -519,6 +584,8 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     dt_comm *dpc = comm, *ppc = NULL, *tpc = NULL;
     dt_model *full = NULL;
     float *gbuf[4] = {NULL, NULL, NULL, NULL}; /* tp checkpoints: local M, V; logical M, V */
+    double *bal = NULL;                          /* --balance dynamic: smoothed samples/s per worker */
+    agg_state ag = {0};
     bool *smask = NULL;
     dt_pipe *pipe = NULL;
     int *writers = NULL;
@@ -578,7 +645,8 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         dt_model_set_tp(m, tpc);
     }
     int B = c->batch;
-    int local_max = (B + D - 1) / D;                   /* largest shard of a global batch */
+    /* Largest shard of a global batch: with dynamic balance a worker may get all of it. */
+    int local_max = c->balance_dynamic ? B : (B + D - 1) / D;
     int micro_max = P > 1 ? (local_max + c->pipe.micro_batches - 1) / c->pipe.micro_batches
                           : (local_max + c->accum - 1) / c->accum;
     if (micro_max < 1) micro_max = 1;
@@ -643,6 +711,20 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     if (c->resume && (st = resume_from(c, m, TP > 1 ? full : NULL, dp, sampler_pos, &start_step, lead))) goto done;
     if (start_step > 0) res->resumed_from = start_step;
 
+    bool byz = false;
+    for (int i = 0; i < c->n_inject; i++) byz |= c->inject[i].kind == DT_INJECT_BYZANTINE;
+    bool gathered = c->agg.kind != DT_AGG_NONE || byz;
+    bool per_worker = gathered || c->strategy == DT_STRATEGY_LOCALSGD;
+    if (gathered) {
+        ag.a = c->agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0} : c->agg;
+        if ((st = dt_agg_check(&ag.a, D))) goto done;
+        ag.vecs = dt_alloc_floats((size_t)D * m->n);
+        ag.scratch = dt_alloc_floats(dt_agg_scratch_floats(&ag.a, D, m->n));
+        if (!ag.vecs || !ag.scratch) {
+            st = dt_errorf(DT_ERR_NOMEM, "out of memory gathering %d worker gradients", D);
+            goto done;
+        }
+    }
     int64_t steps_per_epoch = (d.n_train + B - 1) / B;
     int64_t total = c->steps > 0 ? c->steps : c->epochs * steps_per_epoch;
     if (!pipe) {
@@ -650,6 +732,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if ((st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, eB))) goto done;
     }
     if ((st = dt_sampler_init(&sampler, d.n_train, c->seed, true, false, replica, D))) goto done;
+    if (c->balance_dynamic && !(bal = dt_calloc((size_t)2 * D, sizeof(double)))) {
+        st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     if (sampler_pos[0] >= 0 && (st = dt_sampler_seek(&sampler, sampler_pos[0], sampler_pos[1]))) goto done;
     /* The parameters this rank's stage owns. */
     smask = dt_calloc((size_t)m->n_params + 1, sizeof(bool));
@@ -746,7 +832,11 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                 dt_imageset_gather(&d.train, bb.idx, local_n, bb.x, bb.targets);
             }
         }
-        float loss_scale = 1.0f / ((float)global_n * (float)m->loss_terms);
+        /* Synchronous: every loss term weighs 1/(terms in the global batch) and the
+         * collectives sum. Local SGD and gathered (robust) aggregation: each worker's
+         * gradient is the mean over its own shard. */
+        float loss_scale = per_worker ? (local_n > 0 ? 1.0f / ((float)local_n * (float)m->loss_terms) : 0.0f)
+                                      : 1.0f / ((float)global_n * (float)m->loss_terms);
         double local_loss = 0, bwd_s = 0;
         if (pipe) {
             dt_batch sb = {.B = local_n, .targets = bb.targets, .loss_scale = loss_scale};
@@ -768,7 +858,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             batch.targets = bb.targets + (size_t)lo * per;
             if (d.lm) batch.tokens = bb.tokens + (size_t)lo * per;
             else batch.x = bb.x + (size_t)lo * (size_t)m->cfg.in_dim;
-            dt_dp_begin_backward(dp, mi == c->accum - 1);
+            dt_dp_begin_backward(dp, mi == c->accum - 1 && !per_worker);
             if (batch.B > 0) {
                 double tf = dt_now();
                 local_loss += dt_model_forward(m, acts, &batch, NULL);
@@ -787,9 +877,17 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             }
             if ((st = dt_dp_end_backward(dp))) goto done;
         }
+        if (gathered && (st = robust_aggregate(c, m, dpc, &ag, step + 1))) goto done;
         double tc1 = dt_now();
         float lr = dt_lr_at(&sched, step);
         if ((st = dt_dp_step(dp, lr, c->clip, NULL))) goto done;
+        if (c->strategy == DT_STRATEGY_LOCALSGD && D > 1 && (step + 1) % c->local_h == 0) {
+            /* Local SGD: the workers' parameters are averaged every H steps
+             * (optimizer state stays local). */
+            double ta = dt_now();
+            if ((st = dt_allreduce(dpc, m->w, m->n, DT_OP_AVG, c->dp.algo))) goto done;
+            if (trace) dt_trace_event(trace, "parameter average", DT_TRACE_COMPUTE, ta, dt_now(), step + 1, -1);
+        }
         if (pipe && (st = dt_pipe_sync_tied(pipe))) goto done;
         double tc2 = dt_now();
         if (trace) dt_trace_event(trace, "optimizer", DT_TRACE_COMPUTE, tc1, tc2, step + 1, -1);
@@ -841,6 +939,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             if (trace) dt_trace_event(trace, "checkpoint snapshot", DT_TRACE_COMPUTE, ts, dt_now(), step + 1, -1);
         }
         double loss_d = tpr == 0 ? local_loss : 0.0; /* tp ranks compute the same loss */
+        if (per_worker && global_n > 0) loss_d *= (double)local_n / (double)global_n; /* worker mean -> global mean */
         if (world > 1 && (st = dt_allreduce_f64(comm, &loss_d, 1))) goto done;
         float loss = (float)loss_d;
         if (!isfinite(loss)) {
@@ -853,6 +952,17 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         ss.backward_s = bwd_s;
         double compute = (tc2 - tc0) - ss.exposed_s;
         inject_slow(c, rank, compute);
+        if (c->balance_dynamic && D > 1) {
+            /* Each worker's speed (samples per second of its own compute, slowness
+             * included), smoothed, sets its share of the next global batch. */
+            double own = dt_now() - tc0 - ss.exposed_s;
+            double *v = bal + D;
+            memset(v, 0, (size_t)D * sizeof(double));
+            v[replica] = local_n > 0 && own > 0 ? (double)local_n / own : bal[replica];
+            if ((st = dt_allreduce_f64(dpc, v, (size_t)D))) goto done;
+            for (int k = 0; k < D; k++) bal[k] = bal[k] > 0 ? 0.5 * bal[k] + 0.5 * v[k] : v[k];
+            dt_sampler_set_weights(&sampler, bal);
+        }
         win_stats.comm_s += ss.comm_s;
         win_stats.exposed_s += ss.exposed_s;
         win_stats.backward_s += ss.backward_s;
@@ -1016,9 +1126,10 @@ done:
     dt_free(pmask);
     dt_free(smask);
     for (int k = 0; k < 4; k++) dt_free(gbuf[k]);
+    dt_free(ag.vecs);
+    dt_free(ag.scratch);
+    dt_free(bal);
     dt_pipe_destroy(pipe);
-    if (dpc != comm) dt_comm_destroy(dpc);
-    dt_comm_destroy(ppc);
     dt_trace_destroy(trace);
     dt_sampler_free(&sampler);
     batch_buf_free(&bb);
@@ -1026,7 +1137,12 @@ done:
     dt_acts_destroy(acts);
     dt_acts_destroy(eacts);
     dt_model_destroy(m);
+    dt_model_destroy(full);
     run_data_free(&d);
+    /* The sub-communicators last: the dp object used them. */
+    if (dpc != comm) dt_comm_destroy(dpc);
+    dt_comm_destroy(ppc);
+    dt_comm_destroy(tpc);
     return st;
 }
 

@@ -145,7 +145,9 @@ static const char *train_help =
     "  --threads N          BLAS threads [OpenBLAS default; 1 per rank with -n]\n"
     "  --quiet              no progress output\n"
     "  --trace FILE         Chrome trace timeline of every rank (open in ui.perfetto.dev)\n"
-    "parallel\n"
+    "parallel\n";
+
+static const char *train_help2 =
     "  -n N                 start N data-parallel ranks through mpirun (one machine, or --hostfile)\n"
     "  --hostfile FILE      passed to mpirun for multi-host runs\n"
     "  --zero 0|1|2         ZeRO: 1 shards optimizer state, 2 also gradients [0]\n"
@@ -163,7 +165,13 @@ static const char *train_help =
     "  --pp-stage-cost-us U testing: each stage also sleeps U us per micro-batch forward, 2U backward\n"
     "  --timeout SEC        deadline of every communication wait [60]\n"
     "  --inject SPEC        fault injection: crash:rank=R:step=S, hang:rank=R:step=S,\n"
-    "                       slow:rank=R:factor=F (fires in the first attempt only)\n"
+    "                       slow:rank=R:factor=F, byzantine:rank=R:mode=signflip|random|scale:X\n"
+    "                       (fires in the first attempt only)\n"
+    "consistency, robustness, heterogeneity (plain data parallelism)\n"
+    "  --strategy sync|localsgd:H   local SGD: independent steps, parameters averaged every H [sync]\n"
+    "  --aggregate mean|median|trimmed:B|krum:F   gather every worker's gradient and aggregate\n"
+    "                       robustly (median: f < n/2; trimmed: f <= B, n > 2B; krum: n >= 2F+3)\n"
+    "  --balance static|dynamic     dynamic: split each global batch by measured worker speed\n"
     "fault tolerance\n"
     "  --ckpt-dir DIR       write checkpoints under DIR\n"
     "  --ckpt-every N       checkpoint every N steps (and at the end) [at the end only]\n"
@@ -218,6 +226,7 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
     } while (0)
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
             fputs(train ? train_help : eval_help, stdout);
+            if (train) fputs(train_help2, stdout);
             exit(0);
         } else if (strcmp(f, "--model") == 0) { NEEDV();
         } else if (strcmp(f, "--data") == 0) { NEEDV(); t->data = v;
@@ -244,6 +253,18 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
             else rc = usage_error("%s must be %s, got '%s'", f, strcmp(f, "--schedule") == 0 ? "gpipe or 1f1b (pipeline), or cosine or constant (lr)" : "cosine or constant", v);
         } else if (strcmp(f, "--pp") == 0) { NEEDV(); rc = parse_int(f, v, 1, 256, &t->pp);
         } else if (strcmp(f, "--tp") == 0) { NEEDV(); rc = parse_int(f, v, 1, 256, &t->tp);
+        } else if (strcmp(f, "--strategy") == 0) { NEEDV();
+            if (strcmp(v, "sync") == 0) t->strategy = DT_STRATEGY_SYNC;
+            else if (strncmp(v, "localsgd:", 9) == 0) {
+                t->strategy = DT_STRATEGY_LOCALSGD;
+                rc = parse_int("--strategy localsgd:H", v + 9, 1, 1000000, &t->local_h);
+            } else rc = usage_error("--strategy must be sync or localsgd:H, got '%s'", v);
+        } else if (strcmp(f, "--aggregate") == 0) { NEEDV();
+            if (dt_agg_parse(v, &t->agg)) rc = usage_error("%s", dt_error_msg());
+        } else if (strcmp(f, "--balance") == 0) { NEEDV();
+            if (strcmp(v, "static") == 0) t->balance_dynamic = false;
+            else if (strcmp(v, "dynamic") == 0) t->balance_dynamic = true;
+            else rc = usage_error("--balance must be static or dynamic, got '%s'", v);
         } else if (strcmp(f, "--micro-batches") == 0) { NEEDV(); rc = parse_int(f, v, 1, 1 << 16, &t->pipe.micro_batches);
         } else if (strcmp(f, "--pp-partition") == 0) { NEEDV(); t->pp_partition = v;
         } else if (strcmp(f, "--recompute") == 0) { t->pipe.recompute = true;

@@ -1,0 +1,39 @@
+/* dtrain Byzantine-robust aggregation of n worker gradients (n x P, row-major).
+ *
+ *   mean        no tolerance: one bad worker moves the result arbitrarily
+ *   median      coordinate-wise median: tolerates f < n/2 bad workers
+ *   trimmed:B   per coordinate, drop the B largest and B smallest, average the
+ *               rest: tolerates f <= B, needs n > 2B
+ *   krum:F      Blanchard et al. 2017: the worker whose n-F-2 nearest others are
+ *               closest (sum of squared distances) is taken as the aggregate:
+ *               tolerates f <= F, needs n >= 2F+3
+ * Deterministic: every rank given the same vectors computes the same bits. */
+#ifndef DTRAIN_AGGREGATE_H
+#define DTRAIN_AGGREGATE_H
+
+#include "dtrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_AGG_NONE, DT_AGG_MEAN, DT_AGG_MEDIAN, DT_AGG_TRIMMED, DT_AGG_KRUM, DT_AGG_COUNT } dt_agg_kind;
+
+typedef struct dt_agg {
+    dt_agg_kind kind;
+    int param;               /* B for trimmed, F for krum */
+} dt_agg;
+
+/* "mean", "median", "trimmed:B", "krum:F". */
+dt_status dt_agg_parse(const char *s, dt_agg *out);
+/* Refuses configurations whose guarantee cannot hold with n workers. */
+dt_status dt_agg_check(const dt_agg *a, int n);
+/* out (P) from vecs (n x P). scratch: dt_agg_scratch_floats(a, n, P) floats.
+ * Returns the index Krum chose (-1 for the other rules). */
+int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P, float *scratch);
+size_t dt_agg_scratch_floats(const dt_agg *a, int n, size_t P);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
