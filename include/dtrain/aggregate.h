@@ -4,8 +4,10 @@
  *   median      coordinate-wise median: tolerates f < n/2 bad workers
  *   trimmed:B   per coordinate, drop the B largest and B smallest, average the
  *               rest: tolerates f <= B, needs n > 2B
- *   krum:F      Blanchard et al. 2017: the worker whose n-F-2 nearest others are
- *               closest (sum of squared distances) is taken as the aggregate:
+ *   krum:F[:M]  Blanchard et al. 2017: score each worker by the sum of squared
+ *               distances to its n-F-2 nearest others; average the M best-scored
+ *               workers (Multi-Krum; M defaults to n-F, M = 1 is the original
+ *               Krum, whose single-worker pick has n times the variance):
  *               tolerates f <= F, needs n >= 2F+3
  * Deterministic: every rank given the same vectors computes the same bits. */
 #ifndef DTRAIN_AGGREGATE_H
@@ -22,6 +24,7 @@ typedef enum { DT_AGG_NONE, DT_AGG_MEAN, DT_AGG_MEDIAN, DT_AGG_TRIMMED, DT_AGG_K
 typedef struct dt_agg {
     dt_agg_kind kind;
     int param;               /* B for trimmed, F for krum */
+    int m;                   /* krum: workers averaged (0: n - F) */
 } dt_agg;
 
 /* "mean", "median", "trimmed:B", "krum:F". */

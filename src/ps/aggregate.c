@@ -21,9 +21,16 @@ dt_status dt_agg_parse(const char *s, dt_agg *out) {
     } else if (strncmp(s, "krum:", 5) == 0) {
         out->kind = DT_AGG_KRUM;
         long v = strtol(s + 5, &end, 10);
-        if (end == s + 5 || *end || v < 0 || v > 100000)
-            return dt_errorf(DT_ERR_INVALID, "--aggregate %s: krum:F needs F >= 0 (bad workers tolerated)", s);
+        if (end == s + 5 || (*end && *end != ':') || v < 0 || v > 100000)
+            return dt_errorf(DT_ERR_INVALID, "--aggregate %s: krum:F[:M] needs F >= 0 (bad workers tolerated)", s);
         out->param = (int)v;
+        if (*end == ':') {
+            const char *q = end + 1;
+            long mm = strtol(q, &end, 10);
+            if (end == q || *end || mm < 1 || mm > 100000)
+                return dt_errorf(DT_ERR_INVALID, "--aggregate %s: krum:F:M needs M >= 1 (workers averaged)", s);
+            out->m = (int)mm;
+        }
     } else {
         return dt_errorf(DT_ERR_INVALID, "--aggregate must be mean, median, trimmed:B or krum:F, got '%s'", s);
     }
@@ -43,6 +50,8 @@ dt_status dt_agg_check(const dt_agg *a, int n) {
         if (n > 256) return dt_errorf(DT_ERR_INVALID, "--aggregate krum supports at most 256 workers");
         if (n < 2 * a->param + 3)
             return dt_errorf(DT_ERR_INVALID, "--aggregate krum:%d needs at least %d workers (n >= 2F+3), got %d", a->param, 2 * a->param + 3, n);
+        if (a->m > n - a->param)
+            return dt_errorf(DT_ERR_INVALID, "--aggregate krum:%d:%d may average at most n-F = %d workers", a->param, a->m, n - a->param);
         return DT_OK;
     default:
         return DT_OK;
@@ -50,7 +59,7 @@ dt_status dt_agg_check(const dt_agg *a, int n) {
 }
 
 size_t dt_agg_scratch_floats(const dt_agg *a, int n, size_t P) {
-    if (a->kind == DT_AGG_KRUM) return (size_t)n * (size_t)n * 2; /* distances (as double pairs) */
+    if (a->kind == DT_AGG_KRUM) return (size_t)n * (size_t)n * 2 + 2 * (size_t)n; /* distances, scores (doubles) */
     return (size_t)n;
 }
 
@@ -98,15 +107,15 @@ int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P
                 d[(size_t)i * n + k] = d[(size_t)k * n + i] = s;
             }
         }
-        int keep = n - a->param - 2, best = 0;
-        double best_score = 0;
+        int keep = n - a->param - 2;
+        double *score = d + (size_t)n * n;
         for (int i = 0; i < n; i++) {
             /* sum of the `keep` smallest distances to the others */
             double row[256];
-            int m = 0;
-            for (int k = 0; k < n && m < 256; k++)
-                if (k != i) row[m++] = d[(size_t)i * n + k];
-            for (int x = 1; x < m; x++) {
+            int mrow = 0;
+            for (int k = 0; k < n && mrow < 256; k++)
+                if (k != i) row[mrow++] = d[(size_t)i * n + k];
+            for (int x = 1; x < mrow; x++) {
                 double v = row[x];
                 int y = x - 1;
                 while (y >= 0 && row[y] > v) {
@@ -115,15 +124,26 @@ int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P
                 }
                 row[y + 1] = v;
             }
-            double score = 0;
-            for (int x = 0; x < keep && x < m; x++) score += row[x];
-            if (i == 0 || score < best_score) {
-                best_score = score;
-                best = i;
-            }
+            score[i] = 0;
+            for (int x = 0; x < keep && x < mrow; x++) score[i] += row[x];
         }
-        memcpy(out, vecs + (size_t)best * P, P * sizeof(float));
-        return best;
+        /* Average the M best-scored workers (ties: the lower index). */
+        int M = a->m > 0 ? a->m : n - a->param;
+        bool taken[256] = {false};
+        int first = -1;
+        memset(out, 0, P * sizeof(float));
+        for (int k = 0; k < M; k++) {
+            int best = -1;
+            for (int i = 0; i < n; i++)
+                if (!taken[i] && (best < 0 || score[i] < score[best])) best = i;
+            taken[best] = true;
+            if (first < 0) first = best;
+            const float *x = vecs + (size_t)best * P;
+            for (size_t j = 0; j < P; j++) out[j] += x[j];
+        }
+        float inv = 1.0f / (float)M;
+        for (size_t j = 0; j < P; j++) out[j] *= inv;
+        return first;
     }
     default: {
         for (size_t j = 0; j < P; j++) {

@@ -716,7 +716,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     bool gathered = c->agg.kind != DT_AGG_NONE || byz;
     bool per_worker = gathered || c->strategy == DT_STRATEGY_LOCALSGD;
     if (gathered) {
-        ag.a = c->agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0} : c->agg;
+        ag.a = c->agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0} : c->agg;
         if ((st = dt_agg_check(&ag.a, D))) goto done;
         ag.vecs = dt_alloc_floats((size_t)D * m->n);
         ag.scratch = dt_alloc_floats(dt_agg_scratch_floats(&ag.a, D, m->n));

@@ -169,7 +169,7 @@ static const char *train_help2 =
     "                       (fires in the first attempt only)\n"
     "consistency, robustness, heterogeneity (plain data parallelism)\n"
     "  --strategy sync|localsgd:H   local SGD: independent steps, parameters averaged every H [sync]\n"
-    "  --aggregate mean|median|trimmed:B|krum:F   gather every worker's gradient and aggregate\n"
+    "  --aggregate mean|median|trimmed:B|krum:F[:M]   gather every worker's gradient and aggregate\n"
     "                       robustly (median: f < n/2; trimmed: f <= B, n > 2B; krum: n >= 2F+3)\n"
     "  --balance static|dynamic     dynamic: split each global batch by measured worker speed\n"
     "fault tolerance\n"
