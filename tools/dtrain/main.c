@@ -168,7 +168,8 @@ static const char *train_help2 =
     "                       slow:rank=R:factor=F, byzantine:rank=R:mode=signflip|random|scale:X\n"
     "                       (fires in the first attempt only)\n"
     "consistency, robustness, heterogeneity (plain data parallelism)\n"
-    "  --strategy sync|localsgd:H   local SGD: independent steps, parameters averaged every H [sync]\n"
+    "  --strategy sync|localsgd:H|hogwild   local SGD: independent steps, parameters averaged\n"
+    "                       every H; hogwild: --threads T threads share one model, no locks [sync]\n"
     "  --aggregate mean|median|trimmed:B|krum:F[:M]   gather every worker's gradient and aggregate\n"
     "                       robustly (median: f < n/2; trimmed: f <= B, n > 2B; krum: n >= 2F+3)\n"
     "  --balance static|dynamic     dynamic: split each global batch by measured worker speed\n"
@@ -255,10 +256,11 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
         } else if (strcmp(f, "--tp") == 0) { NEEDV(); rc = parse_int(f, v, 1, 256, &t->tp);
         } else if (strcmp(f, "--strategy") == 0) { NEEDV();
             if (strcmp(v, "sync") == 0) t->strategy = DT_STRATEGY_SYNC;
+            else if (strcmp(v, "hogwild") == 0) t->strategy = DT_STRATEGY_HOGWILD;
             else if (strncmp(v, "localsgd:", 9) == 0) {
                 t->strategy = DT_STRATEGY_LOCALSGD;
                 rc = parse_int("--strategy localsgd:H", v + 9, 1, 1000000, &t->local_h);
-            } else rc = usage_error("--strategy must be sync or localsgd:H, got '%s'", v);
+            } else rc = usage_error("--strategy must be sync, localsgd:H or hogwild, got '%s'", v);
         } else if (strcmp(f, "--aggregate") == 0) { NEEDV();
             if (dt_agg_parse(v, &t->agg)) rc = usage_error("%s", dt_error_msg());
         } else if (strcmp(f, "--balance") == 0) { NEEDV();
@@ -329,6 +331,7 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     if (!rc) rc = parse_flags(argc, argv, &c, true);
     if (rc) return rc;
     if (c.cfg.min_lr > c.cfg.lr) c.cfg.min_lr = c.cfg.lr;
+    if (c.cfg.strategy == DT_STRATEGY_HOGWILD) c.cfg.hogwild_threads = c.threads;
     if (dt_train_cfg_check(&c.cfg)) return usage_error("%s", dt_error_msg());
     if (c.cfg.resume && strcmp(c.cfg.resume, "auto") != 0 && access(c.cfg.resume, F_OK) != 0)
         return usage_error("--resume %s: no such checkpoint", c.cfg.resume);
@@ -341,7 +344,12 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     /* Start the ranks (returns only in a rank or a 1-process run). */
     rc = dt_launch(full_argc, full_argv, 2);
     if (rc >= 0) return rc;
-    if (c.threads) openblas_set_num_threads(c.threads);
+    if (c.cfg.strategy == DT_STRATEGY_HOGWILD) {
+        /* --threads are the Hogwild! threads; each calls a one-thread BLAS. */
+        openblas_set_num_threads(1);
+    } else if (c.threads) {
+        openblas_set_num_threads(c.threads);
+    }
 
     dt_comm *world = NULL;
     if (dt_comm_world(&world)) return run_error();
