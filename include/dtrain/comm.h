@@ -88,6 +88,9 @@ dt_status dt_irecv(dt_comm *c, void *buf, size_t bytes, int peer, int tag, dt_re
  * line naming `what` (the operation), the step and the peer ranks (world
  * numbering) whose messages had not completed, and cancels what it can. */
 dt_status dt_waitall(dt_comm *c, dt_req *reqs, int n, const char *what);
+/* Non-blocking: *index = the first of reqs[0..n) (not already done) that has
+ * completed, marked done; -1 when none has. MPI communicators only. */
+dt_status dt_testany(dt_comm *c, dt_req *reqs, int n, int *index);
 dt_status dt_sendrecv(dt_comm *c, const void *sbuf, size_t sbytes, int dst, void *rbuf,
                       size_t rbytes, int src, int tag, const char *what);
 

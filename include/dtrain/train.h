@@ -10,6 +10,7 @@
 #include "dtrain/optim.h"
 #include "dtrain/parallel.h"
 #include "dtrain/pipeline.h"
+#include "dtrain/ps.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,7 +28,7 @@ typedef struct dt_inject {
     dt_byz_mode mode;        /* byzantine: what the rank sends instead of its gradient */
 } dt_inject;
 
-typedef enum { DT_STRATEGY_SYNC, DT_STRATEGY_LOCALSGD, DT_STRATEGY_HOGWILD } dt_strategy;
+typedef enum { DT_STRATEGY_SYNC, DT_STRATEGY_LOCALSGD, DT_STRATEGY_HOGWILD, DT_STRATEGY_PS } dt_strategy;
 dt_status dt_inject_parse(const char *spec, dt_inject *out);
 
 typedef struct dt_train_cfg {
@@ -74,6 +75,7 @@ typedef struct dt_train_cfg {
     dt_agg agg;              /* Byzantine-robust aggregation (DT_AGG_NONE: bucketed all-reduce) */
     bool balance_dynamic;    /* split each global batch by measured worker speed */
     int hogwild_threads;     /* --strategy hogwild: threads sharing one parameter arena */
+    dt_ps_cfg ps;            /* --strategy ps: servers, consistency */
 } dt_train_cfg;
 
 typedef struct dt_train_result {

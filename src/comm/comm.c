@@ -572,6 +572,23 @@ fn_exit:
     return st;
 }
 
+dt_status dt_testany(dt_comm *c, dt_req *reqs, int n, int *index) {
+    *index = -1;
+    if (!c->is_mpi) return dt_errorf(DT_ERR_UNSUPPORTED, "dt_testany needs an MPI communicator");
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].done) continue;
+        int flag = 0;
+        dt_status st = dt_mpi_check(c, MPI_Test(req_mpi(&reqs[i]), &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        if (st) return st;
+        if (flag) {
+            reqs[i].done = true;
+            *index = i;
+            return DT_OK;
+        }
+    }
+    return DT_OK;
+}
+
 dt_status dt_sendrecv(dt_comm *c, const void *sbuf, size_t sbytes, int dst, void *rbuf, size_t rbytes, int src,
                       int tag, const char *what) {
     dt_req r[2];

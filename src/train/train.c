@@ -36,6 +36,8 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->ckpt_keep = 3;
     c->pp = 1;
     c->tp = 1;
+    c->ps.servers = 1;
+    c->ps.mode = DT_PS_BSP;
     c->pipe.micro_batches = 1;
     c->pipe.schedule = DT_SCHED_1F1B;
     dt_dp_cfg_default(&c->dp);
@@ -100,6 +102,13 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
         return dt_errorf(DT_ERR_INVALID, "--strategy hogwild runs threads of one process on one model: no checkpoints, --aggregate, --balance, --pp, --tp or --clip");
     if (c->strategy == DT_STRATEGY_HOGWILD && (c->hogwild_threads < 1 || c->hogwild_threads > 256))
         return dt_errorf(DT_ERR_INVALID, "--strategy hogwild needs --threads T (1 to 256)");
+    if (c->strategy == DT_STRATEGY_PS && (c->ckpt_dir || c->resume || c->balance_dynamic || c->pp > 1 || c->tp > 1 ||
+                                          c->dp.zero || c->accum > 1 || c->clip > 0 || byz))
+        return dt_errorf(DT_ERR_INVALID, "--strategy ps: checkpoints, --balance, --pp, --tp, --zero, --accum, --clip and byzantine injection are not supported with the parameter server yet");
+    if (c->strategy == DT_STRATEGY_PS && c->agg.kind != DT_AGG_NONE && c->ps.mode != DT_PS_BSP)
+        return dt_errorf(DT_ERR_INVALID, "--aggregate with the parameter server needs --consistency bsp (every step's gradients together)");
+    if (c->strategy == DT_STRATEGY_PS && (c->ps.servers < 1 || c->ps.servers > 1024))
+        return dt_errorf(DT_ERR_INVALID, "--servers must be in [1, 1024]");
     if (c->strategy == DT_STRATEGY_LOCALSGD && c->ckpt_every % c->local_h)
         return dt_errorf(DT_ERR_INVALID, "with --strategy localsgd:%d, --ckpt-every must be a multiple of %d (checkpoints at averaging steps)", c->local_h, c->local_h);
     if (c->tp > 1) {
@@ -513,6 +522,150 @@ out:
     return st;
 }
 
+static void watchdog_tick(int64_t step);
+
+/* ---- parameter server ---------------------------------------------------------------
+ * The last --servers ranks serve key ranges (src/ps/ps.c); the workers pull,
+ * compute their shard's mean gradient and push each range as backward finishes it. */
+static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_comm *world,
+                          dt_train_result *res) {
+    int N = dt_comm_size(world), rank = dt_comm_rank(world), S = c->ps.servers, W = N - S;
+    bool lead = rank == 0, quiet = c->quiet || !lead;
+    int B = c->batch;
+    int64_t total = c->steps > 0 ? c->steps : c->epochs * ((d->n_train + B - 1) / B);
+    dt_lr_sched sched = {c->lr, c->min_lr, c->warmup, total, c->cosine};
+    dt_ps_client *cl = NULL;
+    dt_acts *acts = NULL, *eacts = NULL;
+    batch_buf bb = {0};
+    dt_sampler sp = {0};
+    dt_comm *self = NULL;
+    FILE *metrics = NULL;
+    double hist[DT_PS_HIST] = {0};
+    dt_status st = DT_OK;
+    if (W < 1) return dt_errorf(DT_ERR_INVALID, "--servers %d leaves no worker among %d ranks", S, N);
+    if (lead && !quiet)
+        dt_log(DT_LOG_INFO, "parameter server: %d server%s, %d worker%s, %s%s", S, S == 1 ? "" : "s", W, W == 1 ? "" : "s",
+               c->ps.mode == DT_PS_BSP ? "BSP" : c->ps.mode == DT_PS_ASP ? "ASP" : "SSP", "");
+    double t0 = dt_now();
+    if (rank >= W) {
+        /* A server: serve, then hand the final range to rank 0. */
+        uint64_t h[DT_PS_HIST];
+        st = dt_ps_serve(m, world, &c->ps, &c->optim, &sched, h);
+        for (int i = 0; i < DT_PS_HIST; i++) hist[i] = (double)h[i];
+    } else {
+        int maxB = (B + W - 1) / W;
+        if ((st = dt_ps_client_create(&cl, m, world, &c->ps))) goto out;
+        if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, maxB))) goto out;
+        if ((st = batch_buf_init(&bb, m, maxB > 256 ? maxB : 256, d->T))) goto out;
+        if ((st = dt_sampler_init(&sp, d->n_train, c->seed, true, false, rank, W))) goto out;
+        if (lead && c->out_dir) {
+            char path[4096];
+            if ((st = make_dir(c->out_dir))) goto out;
+            snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
+            if (!(metrics = fopen(path, "w"))) {
+                st = dt_errorf(DT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+                goto out;
+            }
+        }
+        double win = 0, tw = dt_now();
+        int wn = 0;
+        for (int64_t step = 0; step < total && !st; step++) {
+            dt_comm_set_step(world, step + 1);
+            watchdog_tick(step + 1);
+            double ts = dt_now();
+            if ((st = dt_ps_pull(cl, step))) break;
+            double tpull = dt_now() - ts;
+            int ln, gn;
+            dt_sampler_next(&sp, B, bb.idx, &ln, &gn);
+            dt_batch b = {.B = ln, .targets = bb.targets, .loss_scale = ln ? 1.0f / ((float)ln * (float)m->loss_terms) : 0};
+            if (ln > 0) {
+                if (d->lm) {
+                    dt_rng r;
+                    dt_rng_init(&r, c->seed, 0x5000 + (uint64_t)sp.epoch);
+                    int shift = (int)dt_rng_below(&r, (uint64_t)d->T);
+                    dt_corpus_gather(&d->corpus, bb.idx, ln, d->T, shift, bb.tokens, bb.targets);
+                    b.tokens = bb.tokens;
+                } else {
+                    dt_imageset_gather(&d->train, bb.idx, ln, bb.x, bb.targets);
+                    b.x = bb.x;
+                }
+                float l = dt_model_forward(m, acts, &b, NULL);
+                dt_model_backward(m, acts, &b, NULL, NULL, dt_ps_block_done, cl);
+                win += l;
+                wn++;
+            }
+            if ((st = dt_ps_push_end(cl))) break;
+            inject_slow(c, rank, dt_now() - ts - tpull);
+            if (lead && ((step + 1) % c->log_every == 0 || step + 1 == total)) {
+                double now = dt_now();
+                float lw = wn ? (float)(win / wn) : NAN;
+                double ips = (double)((step + 1) % c->log_every ? (step + 1) % c->log_every : c->log_every) * B *
+                             (d->lm ? d->T : 1) / (now - tw);
+                if (metrics) {
+                    fprintf(metrics, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"items_per_s\":%.1f,\"workers\":%d,\"servers\":%d}\n",
+                            (long long)step + 1, (double)lw, (double)dt_lr_at(&sched, step), ips, W, S);
+                    fflush(metrics);
+                }
+                if (!quiet) dt_log(DT_LOG_INFO, "step %lld/%lld loss %.4f (worker 0)", (long long)step + 1, (long long)total, (double)lw);
+                res->final_loss = lw;
+                win = 0;
+                wn = 0;
+                tw = now;
+            }
+        }
+        if (!st) st = dt_ps_finish(cl);
+    }
+    res->seconds = dt_now() - t0;
+    res->steps = total;
+    res->items_per_s = (double)total * B * (d->lm ? d->T : 1) / (res->seconds > 1e-9 ? res->seconds : 1e-9);
+    if (st) goto out;
+    if ((st = dt_allreduce_f64(world, hist, DT_PS_HIST))) goto out;
+    if ((st = dt_ps_gather_final(m, world, &c->ps))) goto out;
+    if (lead) {
+        int eB = d->lm ? 16 : 256;
+        batch_buf eb = {0};
+        if ((st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, eB))) goto out;
+        if ((st = batch_buf_init(&eb, m, eB, d->T))) {
+            batch_buf_free(&eb);
+            goto out;
+        }
+        if ((st = dt_comm_self(&self))) {
+            batch_buf_free(&eb);
+            goto out;
+        }
+        st = evaluate(m, eacts, d, &eb, eB, c->eval_max, self, NULL, 0, 1, true, &res->test_acc, &res->eval_loss);
+        batch_buf_free(&eb);
+        if (st) goto out;
+        if (metrics) {
+            if (d->lm) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)total, (double)res->eval_loss);
+            else fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f}\n", (long long)total,
+                         (double)res->test_acc, (double)res->eval_loss);
+            int maxs = 0;
+            for (int i = 0; i < DT_PS_HIST; i++)
+                if (hist[i] > 0) maxs = i;
+            fprintf(metrics, "{\"staleness\":true,\"consistency\":\"%s\",\"bound\":%d,\"max\":%d,\"hist\":[",
+                    c->ps.mode == DT_PS_BSP ? "bsp" : c->ps.mode == DT_PS_ASP ? "asp" : "ssp",
+                    c->ps.mode == DT_PS_SSP ? c->ps.staleness : (c->ps.mode == DT_PS_BSP ? 0 : -1), maxs);
+            for (int i = 0; i < DT_PS_HIST; i++) fprintf(metrics, "%s%.0f", i ? "," : "", hist[i]);
+            fprintf(metrics, "]}\n");
+        }
+        if (c->out_dir) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
+            if ((st = dt_weights_save(m, path, 0, NULL))) goto out;
+        }
+    }
+out:
+    if (metrics) fclose(metrics);
+    dt_ps_client_destroy(cl);
+    dt_acts_destroy(acts);
+    dt_acts_destroy(eacts);
+    batch_buf_free(&bb);
+    dt_sampler_free(&sp);
+    dt_comm_destroy(self);
+    return st;
+}
+
 /* ---- Byzantine-robust aggregation ------------------------------------------
  * Every worker's own mean gradient is gathered (an all-gather of D x P floats),
  * a rank told to misbehave (--inject byzantine) corrupts its own first, and
@@ -739,6 +892,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             goto done;
         }
     }
+    if (c->strategy == DT_STRATEGY_PS) {
+        st = train_ps(c, &d, m, comm, res);
+        goto done;
+    }
     if (c->strategy == DT_STRATEGY_HOGWILD) {
         if (world > 1) {
             st = dt_errorf(DT_ERR_INVALID, "--strategy hogwild runs threads in one process: drop -n (or use -n 1)");
@@ -829,7 +986,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
 
     bool byz = false;
     for (int i = 0; i < c->n_inject; i++) byz |= c->inject[i].kind == DT_INJECT_BYZANTINE;
-    bool gathered = c->agg.kind != DT_AGG_NONE || byz;
+    bool gathered = (c->agg.kind != DT_AGG_NONE || byz) && c->strategy != DT_STRATEGY_PS;
     bool per_worker = gathered || c->strategy == DT_STRATEGY_LOCALSGD;
     if (gathered) {
         ag.a = c->agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0} : c->agg;

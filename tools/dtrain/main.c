@@ -170,6 +170,8 @@ static const char *train_help2 =
     "consistency, robustness, heterogeneity (plain data parallelism)\n"
     "  --strategy sync|localsgd:H|hogwild   local SGD: independent steps, parameters averaged\n"
     "                       every H; hogwild: --threads T threads share one model, no locks [sync]\n"
+    "  --strategy ps --servers S --consistency bsp|asp|ssp:K   parameter server: the last S\n"
+    "                       ranks hold key ranges and the optimizer; workers push and pull\n"
     "  --aggregate mean|median|trimmed:B|krum:F[:M]   gather every worker's gradient and aggregate\n"
     "                       robustly (median: f < n/2; trimmed: f <= B, n > 2B; krum: n >= 2F+3)\n"
     "  --balance static|dynamic     dynamic: split each global batch by measured worker speed\n"
@@ -257,10 +259,14 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
         } else if (strcmp(f, "--strategy") == 0) { NEEDV();
             if (strcmp(v, "sync") == 0) t->strategy = DT_STRATEGY_SYNC;
             else if (strcmp(v, "hogwild") == 0) t->strategy = DT_STRATEGY_HOGWILD;
+            else if (strcmp(v, "ps") == 0) t->strategy = DT_STRATEGY_PS;
             else if (strncmp(v, "localsgd:", 9) == 0) {
                 t->strategy = DT_STRATEGY_LOCALSGD;
                 rc = parse_int("--strategy localsgd:H", v + 9, 1, 1000000, &t->local_h);
-            } else rc = usage_error("--strategy must be sync, localsgd:H or hogwild, got '%s'", v);
+            } else rc = usage_error("--strategy must be sync, localsgd:H, hogwild or ps, got '%s'", v);
+        } else if (strcmp(f, "--servers") == 0) { NEEDV(); rc = parse_int(f, v, 1, 1024, &t->ps.servers);
+        } else if (strcmp(f, "--consistency") == 0) { NEEDV();
+            if (dt_ps_cfg_parse(v, &t->ps)) rc = usage_error("%s", dt_error_msg());
         } else if (strcmp(f, "--aggregate") == 0) { NEEDV();
             if (dt_agg_parse(v, &t->agg)) rc = usage_error("%s", dt_error_msg());
         } else if (strcmp(f, "--balance") == 0) { NEEDV();

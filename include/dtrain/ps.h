@@ -1,0 +1,72 @@
+/* dtrain parameter server (Li et al., OSDI 2014) with BSP, ASP and SSP
+ * consistency (Ho et al., 2013).
+ *
+ * The world's last S ranks are servers, the first W workers. The flat parameter
+ * arena is split into S contiguous key ranges balanced by bytes (the dt_chunk_*
+ * partition); server s owns range s: its parameters and its optimizer state.
+ * Every step a worker pulls every range, computes the gradient of its own shard
+ * (the mean over its samples), and pushes each range as soon as backward has
+ * finished every block that writes into it.
+ *
+ * Clocks: worker w's clock is the number of steps it has pushed; the global
+ * clock is the minimum over workers still running. A pull from a worker at clock
+ * c is answered when
+ *   BSP:    every step-(c-1) gradient has been applied (global clock >= c),
+ *   SSP:K:  global clock >= c - K,
+ *   ASP:    at once.
+ * BSP sums the W gradients of a step (or aggregates them robustly with
+ * --aggregate) and applies one update; ASP and SSP apply each worker's gradient
+ * as it arrives, scaled by 1/W (a full round of W pushes is one synchronous
+ * step). The staleness of an applied gradient is the global clock when it is
+ * applied minus the global clock of the parameters the worker had read; under
+ * SSP:K it never exceeds K. */
+#ifndef DTRAIN_PS_H
+#define DTRAIN_PS_H
+
+#include "dtrain/aggregate.h"
+#include "dtrain/comm.h"
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_PS_BSP, DT_PS_ASP, DT_PS_SSP } dt_ps_mode;
+
+typedef struct dt_ps_cfg {
+    int servers;                /* S >= 1 */
+    dt_ps_mode mode;
+    int staleness;              /* SSP: K */
+    dt_agg agg;                 /* BSP only: robust aggregation of the W gradients */
+} dt_ps_cfg;
+
+#define DT_PS_HIST 32           /* staleness histogram bins (the last collects the rest) */
+
+dt_status dt_ps_cfg_parse(const char *consistency, dt_ps_cfg *out); /* bsp | asp | ssp:K */
+
+/* Server: serves until every worker has finished. m->w holds the initial
+ * parameters; on return the server's range holds the final ones. hist counts
+ * applied gradients by staleness. */
+dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const dt_optim_cfg *ocfg,
+                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST]);
+
+typedef struct dt_ps_client dt_ps_client;
+dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg);
+void dt_ps_client_destroy(dt_ps_client *c); /* NULL ok */
+/* Pulls every range into m->w for step `clock` (blocks per the consistency). */
+dt_status dt_ps_pull(dt_ps_client *c, int64_t clock);
+/* dt_block_done_fn for dt_model_backward: pushes the ranges that are complete. */
+void dt_ps_block_done(void *client, int block);
+/* Pushes what is left, waits for the sends, zeroes the gradients. */
+dt_status dt_ps_push_end(dt_ps_client *c);
+/* Tells the servers this worker is done. */
+dt_status dt_ps_finish(dt_ps_client *c);
+/* After every worker finished: rank 0 (a worker) receives every range of the
+ * final parameters into m->w (collective over the world: servers send). */
+dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,398 @@
+/* Parameter server: the server loop and the worker client. See include/dtrain/ps.h.
+ *
+ * Messages, all on the world communicator:
+ *   worker -> server  TAG_REQ   header {type, clock, read_clock, 0}
+ *   worker -> server  TAG_DATA  the range's gradient (after a PUSH header)
+ *   server -> worker  TAG_REP   header {global clock, 0, 0, 0} then TAG_VAL the range's values
+ * A worker has at most one request of each kind outstanding per server, and MPI
+ * keeps the order of messages between two ranks with the same tag. */
+#include "dtrain/ps.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { TAG_REQ = 0x5100, TAG_DATA, TAG_REP, TAG_VAL, TAG_FINAL };
+enum { REQ_PULL = 1, REQ_PUSH = 2, REQ_DONE = 3 };
+
+typedef struct hdr {
+    int64_t type, clock, read_clock, pad;
+} hdr;
+
+dt_status dt_ps_cfg_parse(const char *s, dt_ps_cfg *out) {
+    if (strcmp(s, "bsp") == 0) out->mode = DT_PS_BSP;
+    else if (strcmp(s, "asp") == 0) out->mode = DT_PS_ASP;
+    else if (strncmp(s, "ssp:", 4) == 0) {
+        char *end;
+        long k = strtol(s + 4, &end, 10);
+        if (end == s + 4 || *end || k < 0 || k > 1000000)
+            return dt_errorf(DT_ERR_INVALID, "--consistency %s: ssp:K needs a staleness bound K >= 0", s);
+        out->mode = DT_PS_SSP;
+        out->staleness = (int)k;
+    } else {
+        return dt_errorf(DT_ERR_INVALID, "--consistency must be bsp, asp or ssp:K, got '%s'", s);
+    }
+    return DT_OK;
+}
+
+static void range_of(size_t n, int S, int s, size_t *lo, size_t *len) {
+    *lo = dt_chunk_off(n, S, s);
+    *len = dt_chunk_len(n, S, s);
+}
+
+static void nap(uint64_t *ns) {
+    struct timespec ts = {0, (long)*ns};
+    nanosleep(&ts, NULL);
+    *ns = *ns * 2 > 200000 ? 200000 : *ns * 2;
+}
+
+/* ---- server ---------------------------------------------------------------------- */
+
+typedef struct server {
+    dt_model *m;
+    dt_comm *c;
+    dt_ps_cfg cfg;
+    int W;
+    size_t lo, len;
+    dt_optim *opt;
+    const dt_lr_sched *sched;
+    int64_t *clock;             /* per worker: steps pushed */
+    bool *active;
+    int64_t *pending;           /* per worker: clock of a pull waiting, -1 none */
+    float **outbuf;             /* per worker: snapshot being sent */
+    dt_req *out_req;            /* per worker: 2 sends (header, values) */
+    bool *out_busy;
+    hdr *out_hdr;
+    float *gin;                 /* receive buffer for one push */
+    float *bsp;                 /* BSP: (W, len) gradients of the current step */
+    int64_t bsp_clock;
+    int bsp_have;
+    bool *bsp_got;
+    float *agg_scratch, *agg_out;
+    uint64_t *hist;
+} server;
+
+static int64_t global_clock(const server *sv) {
+    int64_t g = INT64_MAX;
+    for (int w = 0; w < sv->W; w++)
+        if (sv->active[w] && sv->clock[w] < g) g = sv->clock[w];
+    if (g == INT64_MAX) { /* every worker done: the furthest clock */
+        g = 0;
+        for (int w = 0; w < sv->W; w++) g = sv->clock[w] > g ? sv->clock[w] : g;
+    }
+    return g;
+}
+
+/* Applies gradient g (scaled by `scale`) to the server's range. */
+static void apply(server *sv, const float *g, float scale, int64_t clock) {
+    const dt_model *m = sv->m;
+    float lr = dt_lr_at(sv->sched, clock) * scale;
+    dt_optim_begin_step(sv->opt);
+    size_t hi = sv->lo + sv->len;
+    for (int i = 0; i < m->n_params; i++) {
+        const dt_param *p = &m->params[i];
+        size_t a = p->offset > sv->lo ? p->offset : sv->lo;
+        size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= e) continue;
+        dt_optim_update(sv->opt, m->w + a, g + (a - sv->lo), a - sv->lo, e - a, lr,
+                        p->decay ? sv->opt->cfg.weight_decay : 0.0f);
+    }
+}
+
+static bool pull_ready(const server *sv, int64_t c) {
+    int64_t g = global_clock(sv);
+    switch (sv->cfg.mode) {
+    case DT_PS_BSP: return g >= c;
+    case DT_PS_SSP: return g >= c - sv->cfg.staleness;
+    default: return true;
+    }
+}
+
+static dt_status reply(server *sv, int w) {
+    dt_status st = DT_OK;
+    if (sv->out_busy[w]) {
+        st = dt_waitall(sv->c, &sv->out_req[2 * w], 2, "parameter server reply");
+        sv->out_busy[w] = false;
+        if (st) return st;
+    }
+    memcpy(sv->outbuf[w], sv->m->w + sv->lo, sv->len * sizeof(float));
+    sv->out_hdr[w] = (hdr){0, global_clock(sv), 0, 0};
+    st = dt_isend(sv->c, &sv->out_hdr[w], sizeof(hdr), w, TAG_REP, &sv->out_req[2 * w]);
+    if (!st) st = dt_isend(sv->c, sv->outbuf[w], sv->len * sizeof(float), w, TAG_VAL, &sv->out_req[2 * w + 1]);
+    if (!st) sv->out_busy[w] = true;
+    sv->pending[w] = -1;
+    return st;
+}
+
+static void count_staleness(server *sv, int64_t read_clock) {
+    int64_t s = global_clock(sv) - read_clock;
+    if (s < 0) s = 0;
+    sv->hist[s < DT_PS_HIST - 1 ? s : DT_PS_HIST - 1]++;
+}
+
+/* BSP: once every worker that will push this step has (a worker that finished
+ * never will), aggregate the step's gradients (mean or robust) and apply once. */
+static void try_apply_bsp(server *sv) {
+    int expected = 0, W = sv->W;
+    for (int k = 0; k < W; k++) expected += sv->active[k] || sv->bsp_got[k];
+    if (sv->bsp_have == 0 || sv->bsp_have < expected) return;
+    dt_agg a = sv->cfg.agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0} : sv->cfg.agg;
+    if (sv->bsp_have == W) {
+        dt_agg_apply(&a, sv->agg_out, sv->bsp, W, sv->len, sv->agg_scratch);
+    } else {
+        memset(sv->agg_out, 0, sv->len * sizeof(float));
+        for (int k = 0; k < W; k++)
+            if (sv->bsp_got[k])
+                for (size_t j = 0; j < sv->len; j++) sv->agg_out[j] += sv->bsp[(size_t)k * sv->len + j] / (float)sv->bsp_have;
+    }
+    apply(sv, sv->agg_out, 1.0f, sv->bsp_clock);
+    sv->bsp_clock++;
+    sv->bsp_have = 0;
+    memset(sv->bsp_got, 0, (size_t)W * sizeof(bool));
+}
+
+static dt_status on_push(server *sv, int w, const hdr *h) {
+    dt_req r;
+    dt_status st = dt_irecv(sv->c, sv->gin, sv->len * sizeof(float), w, TAG_DATA, &r);
+    if (!st) st = dt_waitall(sv->c, &r, 1, "parameter server push");
+    if (st) return st;
+    if (sv->cfg.mode == DT_PS_BSP) {
+        /* Workers cannot run ahead under BSP, so every push is for bsp_clock. */
+        if (h->clock != sv->bsp_clock || sv->bsp_got[w])
+            return dt_errorf(DT_ERR_COMM, "parameter server: worker %d pushed step %lld during step %lld", w,
+                             (long long)h->clock, (long long)sv->bsp_clock);
+        memcpy(sv->bsp + (size_t)w * sv->len, sv->gin, sv->len * sizeof(float));
+        sv->bsp_got[w] = true;
+        sv->bsp_have++;
+        count_staleness(sv, h->read_clock);
+        sv->clock[w] = h->clock + 1;
+        try_apply_bsp(sv);
+    } else {
+        count_staleness(sv, h->read_clock);
+        apply(sv, sv->gin, 1.0f / (float)sv->W, h->clock);
+        sv->clock[w] = h->clock + 1;
+    }
+    return DT_OK;
+}
+
+dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const dt_optim_cfg *ocfg,
+                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST]) {
+    int N = dt_comm_size(world), S = cfg->servers, W = N - S, me = dt_comm_rank(world) - W;
+    server sv = {.m = m, .c = world, .cfg = *cfg, .W = W, .sched = sched, .hist = hist};
+    range_of(m->n, S, me, &sv.lo, &sv.len);
+    memset(hist, 0, DT_PS_HIST * sizeof(uint64_t));
+    dt_req *in_req = dt_calloc((size_t)W, sizeof(dt_req));
+    hdr *in_hdr = dt_calloc((size_t)W, sizeof(hdr));
+    sv.clock = dt_calloc((size_t)W, sizeof(int64_t));
+    sv.active = dt_calloc((size_t)W, sizeof(bool));
+    sv.pending = dt_calloc((size_t)W, sizeof(int64_t));
+    sv.outbuf = dt_calloc((size_t)W, sizeof(float *));
+    sv.out_req = dt_calloc((size_t)W * 2, sizeof(dt_req));
+    sv.out_busy = dt_calloc((size_t)W, sizeof(bool));
+    sv.out_hdr = dt_calloc((size_t)W, sizeof(hdr));
+    sv.gin = dt_alloc_floats(sv.len);
+    sv.bsp_got = dt_calloc((size_t)W, sizeof(bool));
+    dt_status st = DT_OK;
+    if (!in_req || !in_hdr || !sv.clock || !sv.active || !sv.pending || !sv.outbuf || !sv.out_req ||
+        !sv.out_busy || !sv.out_hdr || !sv.gin || !sv.bsp_got) {
+        st = dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
+        goto out;
+    }
+    if (cfg->mode == DT_PS_BSP) {
+        dt_agg a = cfg->agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0} : cfg->agg;
+        sv.bsp = dt_alloc_floats((size_t)W * sv.len);
+        sv.agg_out = dt_alloc_floats(sv.len);
+        sv.agg_scratch = dt_alloc_floats(dt_agg_scratch_floats(&a, W, sv.len) + 1);
+        if (!sv.bsp || !sv.agg_out || !sv.agg_scratch) {
+            st = dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
+            goto out;
+        }
+    }
+    if ((st = dt_optim_create(&sv.opt, ocfg, sv.len))) goto out;
+    for (int w = 0; w < W && !st; w++) {
+        sv.active[w] = true;
+        sv.pending[w] = -1;
+        if (!(sv.outbuf[w] = dt_alloc_floats(sv.len))) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+        if (!st) st = dt_irecv(world, &in_hdr[w], sizeof(hdr), w, TAG_REQ, &in_req[w]);
+    }
+    int n_active = W;
+    uint64_t ns = 2000;
+    while (!st && n_active > 0) {
+        int k;
+        if ((st = dt_testany(world, in_req, W, &k))) break;
+        if (k < 0) {
+            nap(&ns);
+            continue;
+        }
+        ns = 2000;
+        hdr h = in_hdr[k];
+        if (h.type == REQ_PUSH) st = on_push(&sv, k, &h);
+        else if (h.type == REQ_PULL) sv.pending[k] = h.clock;
+        else if (h.type == REQ_DONE) {
+            sv.active[k] = false;
+            n_active--;
+            if (sv.cfg.mode == DT_PS_BSP) try_apply_bsp(&sv);
+        } else st = dt_errorf(DT_ERR_COMM, "parameter server: bad request type %lld from rank %d", (long long)h.type, k);
+        if (st) break;
+        if (sv.active[k]) st = dt_irecv(world, &in_hdr[k], sizeof(hdr), k, TAG_REQ, &in_req[k]);
+        /* Answer every pull whose condition now holds. */
+        for (int w = 0; w < W && !st; w++)
+            if (sv.pending[w] >= 0 && pull_ready(&sv, sv.pending[w])) st = reply(&sv, w);
+    }
+    for (int w = 0; w < W && !st; w++)
+        if (sv.out_busy[w]) {
+            st = dt_waitall(world, &sv.out_req[2 * w], 2, "parameter server reply");
+            sv.out_busy[w] = false;
+        }
+out:
+    dt_optim_destroy(sv.opt);
+    for (int w = 0; sv.outbuf && w < W; w++) dt_free(sv.outbuf[w]);
+    dt_free(in_req);
+    dt_free(in_hdr);
+    dt_free(sv.clock);
+    dt_free(sv.active);
+    dt_free(sv.pending);
+    dt_free(sv.outbuf);
+    dt_free(sv.out_req);
+    dt_free(sv.out_busy);
+    dt_free(sv.out_hdr);
+    dt_free(sv.gin);
+    dt_free(sv.bsp);
+    dt_free(sv.bsp_got);
+    dt_free(sv.agg_scratch);
+    dt_free(sv.agg_out);
+    return st;
+}
+
+/* ---- worker client ------------------------------------------------------------------ */
+
+struct dt_ps_client {
+    dt_model *m;
+    dt_comm *c;
+    int S, W;
+    size_t *lo, *len;
+    int64_t clock;
+    int64_t *read_clock;        /* per server: global clock of the last pull */
+    hdr *push_hdr, pull_hdr, *rep_hdr;
+    dt_req *push_req;           /* per server: header + data */
+    bool *pushed;
+    int next;                   /* ranges are pushed from the last down: next to push */
+    dt_status err;
+};
+
+dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg) {
+    *out = NULL;
+    dt_ps_client *c = dt_calloc(1, sizeof *c);
+    if (!c) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    c->m = m;
+    c->c = world;
+    c->S = cfg->servers;
+    c->W = dt_comm_size(world) - cfg->servers;
+    c->lo = dt_calloc((size_t)c->S, sizeof(size_t));
+    c->len = dt_calloc((size_t)c->S, sizeof(size_t));
+    c->read_clock = dt_calloc((size_t)c->S, sizeof(int64_t));
+    c->push_hdr = dt_calloc((size_t)c->S, sizeof(hdr));
+    c->rep_hdr = dt_calloc((size_t)c->S, sizeof(hdr));
+    c->push_req = dt_calloc((size_t)c->S * 2, sizeof(dt_req));
+    c->pushed = dt_calloc((size_t)c->S, sizeof(bool));
+    if (!c->lo || !c->len || !c->read_clock || !c->push_hdr || !c->rep_hdr || !c->push_req || !c->pushed) {
+        dt_ps_client_destroy(c);
+        return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    }
+    for (int s = 0; s < c->S; s++) range_of(m->n, c->S, s, &c->lo[s], &c->len[s]);
+    *out = c;
+    return DT_OK;
+}
+
+void dt_ps_client_destroy(dt_ps_client *c) {
+    if (!c) return;
+    dt_free(c->lo);
+    dt_free(c->len);
+    dt_free(c->read_clock);
+    dt_free(c->push_hdr);
+    dt_free(c->rep_hdr);
+    dt_free(c->push_req);
+    dt_free(c->pushed);
+    dt_free(c);
+}
+
+dt_status dt_ps_pull(dt_ps_client *c, int64_t clock) {
+    c->clock = clock;
+    c->next = c->S - 1;
+    memset(c->pushed, 0, (size_t)c->S * sizeof(bool));
+    c->err = DT_OK;
+    int S = c->S, W = c->W;
+    dt_req *r = dt_calloc((size_t)S * 3, sizeof(dt_req));
+    if (!r) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    c->pull_hdr = (hdr){REQ_PULL, clock, 0, 0};
+    dt_status st = DT_OK;
+    for (int s = 0; s < S && !st; s++) {
+        st = dt_irecv(c->c, &c->rep_hdr[s], sizeof(hdr), W + s, TAG_REP, &r[3 * s]);
+        if (!st) st = dt_irecv(c->c, c->m->w + c->lo[s], c->len[s] * sizeof(float), W + s, TAG_VAL, &r[3 * s + 1]);
+        if (!st) st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r[3 * s + 2]);
+    }
+    /* A pull may wait for slower workers (BSP/SSP): no deadline beyond the comm's. */
+    if (!st) st = dt_waitall(c->c, r, 3 * S, "parameter server pull");
+    for (int s = 0; s < S && !st; s++) c->read_clock[s] = c->rep_hdr[s].clock;
+    dt_free(r);
+    return st;
+}
+
+static dt_status push_range(dt_ps_client *c, int s) {
+    c->push_hdr[s] = (hdr){REQ_PUSH, c->clock, c->read_clock[s], 0};
+    dt_status st = dt_isend(c->c, &c->push_hdr[s], sizeof(hdr), c->W + s, TAG_REQ, &c->push_req[2 * s]);
+    if (!st) st = dt_isend(c->c, c->m->g + c->lo[s], c->len[s] * sizeof(float), c->W + s, TAG_DATA, &c->push_req[2 * s + 1]);
+    c->pushed[s] = true;
+    return st;
+}
+
+void dt_ps_block_done(void *client, int block) {
+    dt_ps_client *c = client;
+    if (c->err) return;
+    /* Backward runs from the last block down: every parameter at or above this
+     * block's range is final, so every range starting there can go. */
+    size_t ready = c->m->blocks[block].param_lo;
+    while (c->next >= 0 && c->lo[c->next] >= ready && !c->err) {
+        c->err = push_range(c, c->next);
+        c->next--;
+    }
+}
+
+dt_status dt_ps_push_end(dt_ps_client *c) {
+    dt_status st = c->err;
+    for (int s = c->S - 1; s >= 0 && !st; s--)
+        if (!c->pushed[s]) st = push_range(c, s);
+    if (!st) st = dt_waitall(c->c, c->push_req, 2 * c->S, "parameter server push");
+    memset(c->m->g, 0, c->m->n * sizeof(float));
+    return st;
+}
+
+dt_status dt_ps_finish(dt_ps_client *c) {
+    c->pull_hdr = (hdr){REQ_DONE, c->clock, 0, 0};
+    dt_status st = DT_OK;
+    for (int s = 0; s < c->S && !st; s++) {
+        dt_req r;
+        st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), c->W + s, TAG_REQ, &r);
+        if (!st) st = dt_waitall(c->c, &r, 1, "parameter server finish");
+    }
+    return st;
+}
+
+dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg) {
+    int N = dt_comm_size(world), S = cfg->servers, W = N - S, me = dt_comm_rank(world);
+    dt_status st = DT_OK;
+    for (int s = 0; s < S && !st; s++) {
+        size_t lo, len;
+        range_of(m->n, S, s, &lo, &len);
+        dt_req r;
+        if (me == W + s) {
+            st = dt_isend(world, m->w + lo, len * sizeof(float), 0, TAG_FINAL, &r);
+            if (!st) st = dt_waitall(world, &r, 1, "parameter server final gather");
+        } else if (me == 0) {
+            st = dt_irecv(world, m->w + lo, len * sizeof(float), W + s, TAG_FINAL, &r);
+            if (!st) st = dt_waitall(world, &r, 1, "parameter server final gather");
+        }
+    }
+    return st;
+}
