@@ -103,8 +103,8 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->strategy == DT_STRATEGY_HOGWILD && (c->hogwild_threads < 1 || c->hogwild_threads > 256))
         return dt_errorf(DT_ERR_INVALID, "--strategy hogwild needs --threads T (1 to 256)");
     if (c->strategy == DT_STRATEGY_PS && (c->ckpt_dir || c->resume || c->balance_dynamic || c->pp > 1 || c->tp > 1 ||
-                                          c->dp.zero || c->accum > 1 || c->clip > 0 || byz))
-        return dt_errorf(DT_ERR_INVALID, "--strategy ps: checkpoints, --balance, --pp, --tp, --zero, --accum, --clip and byzantine injection are not supported with the parameter server yet");
+                                          c->dp.zero || c->accum > 1 || c->clip > 0))
+        return dt_errorf(DT_ERR_INVALID, "--strategy ps: checkpoints, --balance, --pp, --tp, --zero, --accum and --clip are not supported with the parameter server yet");
     if (c->strategy == DT_STRATEGY_PS && c->agg.kind != DT_AGG_NONE && c->ps.mode != DT_PS_BSP)
         return dt_errorf(DT_ERR_INVALID, "--aggregate with the parameter server needs --consistency bsp (every step's gradients together)");
     if (c->strategy == DT_STRATEGY_PS && (c->ps.servers < 1 || c->ps.servers > 1024))
@@ -523,6 +523,7 @@ out:
 }
 
 static void watchdog_tick(int64_t step);
+static bool byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t step);
 
 /* ---- parameter server ---------------------------------------------------------------
  * The last --servers ranks serve key ranges (src/ps/ps.c); the workers pull,
@@ -550,7 +551,10 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
     if (rank >= W) {
         /* A server: serve, then hand the final range to rank 0. */
         uint64_t h[DT_PS_HIST];
-        st = dt_ps_serve(m, world, &c->ps, &c->optim, &sched, h);
+        dt_ps_cfg pc = c->ps;
+        pc.agg = c->agg;
+        if ((st = dt_agg_check(&pc.agg, W))) goto out;
+        st = dt_ps_serve(m, world, &pc, &c->optim, &sched, h);
         for (int i = 0; i < DT_PS_HIST; i++) hist[i] = (double)h[i];
     } else {
         int maxB = (B + W - 1) / W;
@@ -569,6 +573,8 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
         }
         double win = 0, tw = dt_now();
         int wn = 0;
+        bool byz_me = false;
+        for (int i = 0; i < c->n_inject; i++) byz_me |= c->inject[i].kind == DT_INJECT_BYZANTINE && c->inject[i].rank == rank;
         for (int64_t step = 0; step < total && !st; step++) {
             dt_comm_set_step(world, step + 1);
             watchdog_tick(step + 1);
@@ -590,7 +596,9 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
                     b.x = bb.x;
                 }
                 float l = dt_model_forward(m, acts, &b, NULL);
-                dt_model_backward(m, acts, &b, NULL, NULL, dt_ps_block_done, cl);
+                /* A Byzantine worker pushes only after corrupting its whole gradient. */
+                dt_model_backward(m, acts, &b, NULL, NULL, byz_me ? NULL : dt_ps_block_done, cl);
+                if (byz_me) byzantine_corrupt(c, m, rank, step + 1);
                 win += l;
                 wn++;
             }
@@ -680,9 +688,22 @@ static dt_status robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *d
                                   int64_t step) {
     int r = dt_comm_rank(dpc), D = dt_comm_size(dpc);
     size_t P = m->n;
+    byzantine_corrupt(c, m, r, step);
+    memcpy(ag->vecs + (size_t)r * P, m->g, P * sizeof(float));
+    dt_status st = dt_allgather(dpc, ag->vecs, (size_t)D * P, c->dp.algo);
+    if (st) return st;
+    dt_agg_apply(&ag->a, m->g, ag->vecs, D, P, ag->scratch);
+    return DT_OK;
+}
+
+/* --inject byzantine: this rank replaces its gradient (m->g) by an attack. */
+static bool byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t step) {
+    size_t P = m->n;
+    bool hit = false;
     for (int i = 0; i < c->n_inject; i++) {
         const dt_inject *in = &c->inject[i];
         if (in->kind != DT_INJECT_BYZANTINE || in->rank != r) continue;
+        hit = true;
         /* signflip: the negated gradient amplified 10x, as an attacker pulling the
          * model uphill would send; random: noise 100x the honest gradient's rms,
          * fresh every step; scale:X: the gradient times X. */
@@ -695,11 +716,7 @@ static dt_status robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *d
             for (size_t j = 0; j < P; j++) m->g[j] = (float)(100.0 * rms) * dt_rng_normal(&rng);
         }
     }
-    memcpy(ag->vecs + (size_t)r * P, m->g, P * sizeof(float));
-    dt_status st = dt_allgather(dpc, ag->vecs, (size_t)D * P, c->dp.algo);
-    if (st) return st;
-    dt_agg_apply(&ag->a, m->g, ag->vecs, D, P, ag->scratch);
-    return DT_OK;
+    return hit;
 }
 
 /* ---- resume ------------------------------------------------------------------

@@ -402,6 +402,7 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
         dt_comm_finalize();
         return code;
     }
+    if (c.cfg.strategy == DT_STRATEGY_HOGWILD) size = 1;
     if (rank == 0) {
         if (c.cfg.model.kind == DT_MODEL_GPT)
             printf("trained %s: %lld steps, final train loss %.4f, validation loss %.4f, %.0f tokens/s",
@@ -411,7 +412,11 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
             printf("trained %s: %lld steps, final train loss %.4f, test accuracy %.2f%%, %.0f samples/s",
                    dt_model_kind_name(c.cfg.model.kind), (long long)r.steps, (double)r.final_loss,
                    100.0 * r.test_acc, r.items_per_s);
-        if (size > 1) {
+        if (size > 1 && c.cfg.strategy == DT_STRATEGY_PS) {
+            const char *cons = c.cfg.ps.mode == DT_PS_BSP ? "BSP" : c.cfg.ps.mode == DT_PS_ASP ? "ASP" : "SSP";
+            printf(" on %d ranks (parameter server: %d server%s, %d worker%s, %s)", size, c.cfg.ps.servers,
+                   c.cfg.ps.servers == 1 ? "" : "s", size - c.cfg.ps.servers, size - c.cfg.ps.servers == 1 ? "" : "s", cons);
+        } else if (size > 1) {
             double ov = r.comm_s > 0 ? 1.0 - r.exposed_s / r.comm_s : 0;
             if (ov < 0) ov = 0;
             printf(" on %d ranks (ZeRO-%d; per rank: params %.1f MB, grads %.1f MB, optimizer %.1f MB; %.0f%% of communication overlapped)",

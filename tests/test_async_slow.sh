@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Convergence checks of local SGD and of Byzantine-robust aggregation (slow: not
+# run under the sanitizers).
+set -u
+dt="$1/dtrain"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
+fails=0; passes=0
+ok()   { echo "ok   $*"; passes=$((passes+1)); }
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+run() { local out=$1; shift; "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { echo "  run $out failed:"; tail -3 "$tmp/$out.log"; return 1; }; }
+losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e]*\).*/\1 \2/'; }
+close_after() {
+  awk -v s="$3" -v tol="$4" 'NR == FNR { a[$1] = $2; next }
+    ($1 in a) && $1 > s { n++; d = a[$1] - $2; if (d < 0) d = -d; r = d / (a[$1] < 0 ? -a[$1] : a[$1]); if (r > w) w = r }
+    END { printf "%d steps, worst relative loss difference %.2g\n", n, w; exit !(n > 0 && w <= tol) }' \
+    <(losses "$1") <(losses "$2")
+}
+acc() { grep -o '"test_acc":[0-9.]*' "$1/metrics.jsonl" | tail -1 | cut -d: -f2; }
+
+# local SGD every 4 steps converges (one epoch of the default mlp)
+run lsgd4 -n 2 --model mlp --epochs 1 --quiet --strategy localsgd:4 && {
+  a=$(acc "$tmp/lsgd4"); awk -v a="$a" 'BEGIN { exit !(a >= 0.84) }' && ok "localsgd:4: test accuracy $a after one epoch (>= 0.84)" || fail "localsgd:4 accuracy $a"; }
+
+# Byzantine workers: 1 of 5 sends a sign-flipped or random gradient (short CI version of the bench)
+B="--model mlp --hidden 128 --batch 100 --steps 150 --lr 0.1 --quiet"
+run clean -n 5 $B || fail "clean run"
+c=$(acc "$tmp/clean")
+for attack in signflip random; do
+  if "$dt" train -n 5 $B --aggregate mean --inject byzantine:rank=2:mode=$attack --out "$tmp/mean_$attack" > "$tmp/m.log" 2>&1; then
+    a=$(acc "$tmp/mean_$attack")
+    awk -v a="$a" -v c="$c" 'BEGIN { exit !(a < c - 0.1) }' && ok "mean under $attack: accuracy $a vs clean $c (fails visibly)" || fail "mean under $attack did not fail: $a vs $c"
+  else
+    grep -q "loss became" "$tmp/m.log" && ok "mean under $attack: training diverged ($(grep -o 'the loss became [^:]*' "$tmp/m.log"))" || fail "mean under $attack: $(tail -1 "$tmp/m.log")"
+  fi
+  for agg in median trimmed:1 krum:1; do
+    if run "${agg%%:*}_$attack" -n 5 $B --aggregate $agg --inject byzantine:rank=2:mode=$attack; then
+      a=$(acc "$tmp/${agg%%:*}_$attack")
+      awk -v a="$a" -v c="$c" 'BEGIN { exit !(a >= c - 0.06) }' && ok "$agg under $attack: accuracy $a vs clean $c" || fail "$agg under $attack: $a vs clean $c"
+    else fail "$agg under $attack did not run"; fi
+  done
+done
+
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Convergence of the asynchronous modes on Fashion-MNIST (mlp): ASP and SSP:2
+# parameter servers and Hogwild! threads each reach 84% test accuracy; BSP
+# aggregates robustly on the server.
+set -u
+dt="$1/dtrain"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
+fails=0; passes=0
+ok()   { echo "ok   $*"; passes=$((passes+1)); }
+fail() { echo "FAIL $*"; fails=$((fails+1)); }
+run() { local out=$1; shift; timeout 300 "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { echo "  run $out failed:"; tail -3 "$tmp/$out.log"; return 1; }; }
+acc() { grep -o '"test_acc":[0-9.]*' "$1/metrics.jsonl" | tail -1 | cut -d: -f2; }
+stale() { grep '"staleness"' "$1/metrics.jsonl" | grep -o '"max":[0-9]*' | cut -d: -f2; }
+
+# convergence: one epoch of the default mlp
+for cons in asp ssp:2; do
+  run conv_${cons%%:*} -n 3 --strategy ps --servers 1 --consistency $cons --model mlp --epochs 2 --quiet && {
+    a=$(acc "$tmp/conv_${cons%%:*}"); awk -v a="$a" 'BEGIN { exit !(a >= 0.84) }' && ok "$cons: test accuracy $a after two epochs" || fail "$cons accuracy $a"; }
+done
+run hog --strategy hogwild --threads 2 --model mlp --epochs 1 --quiet && {
+  a=$(acc "$tmp/hog"); awk -v a="$a" 'BEGIN { exit !(a >= 0.84) }' && ok "hogwild, 2 threads: test accuracy $a after one epoch" || fail "hogwild accuracy $a"; }
+
+# BSP aggregates robustly on the server: 1 of 5 workers sends sign-flipped gradients
+R="--model mlp --hidden 128 --batch 100 --steps 150 --lr 0.1 --quiet"
+run rb_clean -n 6 --strategy ps --servers 1 --consistency bsp $R && run rb_med -n 6 --strategy ps --servers 1 --consistency bsp $R \
+    --aggregate median --inject byzantine:rank=2:mode=signflip && {
+  a=$(acc "$tmp/rb_med"); c=$(acc "$tmp/rb_clean")
+  awk -v a="$a" -v c="$c" 'BEGIN { exit !(a >= c - 0.06) }' && ok "BSP + median with a sign-flipping worker: $a vs clean $c" || fail "BSP median: $a vs $c"; }
+
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]
