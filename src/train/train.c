@@ -537,7 +537,7 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
     dt_lr_sched sched = {c->lr, c->min_lr, c->warmup, total, c->cosine};
     dt_ps_client *cl = NULL;
     dt_acts *acts = NULL, *eacts = NULL;
-    batch_buf bb = {0};
+    batch_buf bb = {0}, ebb = {0};
     dt_sampler sp = {0};
     dt_comm *self = NULL;
     FILE *metrics = NULL;
@@ -571,16 +571,16 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
                 goto out;
             }
         }
-        double win = 0, tw = dt_now();
+        double win = 0, tw = dt_now(), slow_prev = 0;
         int wn = 0;
         bool byz_me = false;
         for (int i = 0; i < c->n_inject; i++) byz_me |= c->inject[i].kind == DT_INJECT_BYZANTINE && c->inject[i].rank == rank;
         for (int64_t step = 0; step < total && !st; step++) {
             dt_comm_set_step(world, step + 1);
             watchdog_tick(step + 1);
-            double ts = dt_now();
             if ((st = dt_ps_pull(cl, step))) break;
-            double tpull = dt_now() - ts;
+            inject_slow(c, rank, slow_prev); /* before computing: a slower machine */
+            double tcomp = dt_now();
             int ln, gn;
             dt_sampler_next(&sp, B, bb.idx, &ln, &gn);
             dt_batch b = {.B = ln, .targets = bb.targets, .loss_scale = ln ? 1.0f / ((float)ln * (float)m->loss_terms) : 0};
@@ -602,16 +602,31 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
                 win += l;
                 wn++;
             }
+            slow_prev = dt_now() - tcomp;
             if ((st = dt_ps_push_end(cl))) break;
-            inject_slow(c, rank, dt_now() - ts - tpull);
+            if (lead && c->eval_every > 0 && (step + 1) % c->eval_every == 0 && step + 1 < total) {
+                /* Worker 0 evaluates the parameters it pulled this step (as fresh as
+                 * the consistency model lets a worker see them). */
+                float ea, el;
+                if (!eacts && (st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, 256))) break;
+                if (!self && (st = dt_comm_self(&self))) break;
+                if (!ebb.targets && (st = batch_buf_init(&ebb, m, 256, d->T))) break;
+                if ((st = evaluate(m, eacts, d, &ebb, d->lm ? 16 : 256, c->eval_max, self, NULL, 0, 1, true, &ea, &el))) break;
+                if (metrics) {
+                    if (d->lm) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f,\"time_s\":%.3f}\n", (long long)step + 1, (double)el, dt_now() - t0);
+                    else fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f,\"time_s\":%.3f}\n",
+                                 (long long)step + 1, (double)ea, (double)el, dt_now() - t0);
+                    fflush(metrics);
+                }
+            }
             if (lead && ((step + 1) % c->log_every == 0 || step + 1 == total)) {
                 double now = dt_now();
                 float lw = wn ? (float)(win / wn) : NAN;
                 double ips = (double)((step + 1) % c->log_every ? (step + 1) % c->log_every : c->log_every) * B *
                              (d->lm ? d->T : 1) / (now - tw);
                 if (metrics) {
-                    fprintf(metrics, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"items_per_s\":%.1f,\"workers\":%d,\"servers\":%d}\n",
-                            (long long)step + 1, (double)lw, (double)dt_lr_at(&sched, step), ips, W, S);
+                    fprintf(metrics, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"items_per_s\":%.1f,\"time_s\":%.3f,\"workers\":%d,\"servers\":%d}\n",
+                            (long long)step + 1, (double)lw, (double)dt_lr_at(&sched, step), ips, now - t0, W, S);
                     fflush(metrics);
                 }
                 if (!quiet) dt_log(DT_LOG_INFO, "step %lld/%lld loss %.4f (worker 0)", (long long)step + 1, (long long)total, (double)lw);
@@ -632,6 +647,10 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
     if (lead) {
         int eB = d->lm ? 16 : 256;
         batch_buf eb = {0};
+        dt_acts_destroy(eacts);
+        eacts = NULL;
+        dt_comm_destroy(self);
+        self = NULL;
         if ((st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, eB))) goto out;
         if ((st = batch_buf_init(&eb, m, eB, d->T))) {
             batch_buf_free(&eb);
@@ -645,9 +664,9 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
         batch_buf_free(&eb);
         if (st) goto out;
         if (metrics) {
-            if (d->lm) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)total, (double)res->eval_loss);
-            else fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f}\n", (long long)total,
-                         (double)res->test_acc, (double)res->eval_loss);
+            if (d->lm) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f,\"time_s\":%.3f}\n", (long long)total, (double)res->eval_loss, res->seconds);
+            else fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f,\"time_s\":%.3f}\n", (long long)total,
+                         (double)res->test_acc, (double)res->eval_loss, res->seconds);
             int maxs = 0;
             for (int i = 0; i < DT_PS_HIST; i++)
                 if (hist[i] > 0) maxs = i;
@@ -669,6 +688,7 @@ out:
     dt_acts_destroy(acts);
     dt_acts_destroy(eacts);
     batch_buf_free(&bb);
+    batch_buf_free(&ebb);
     dt_sampler_free(&sp);
     dt_comm_destroy(self);
     return st;
@@ -1099,7 +1119,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                    world, dt_dp_n_buckets(dp), dt_algo_name(c->dp.algo), c->dp.zero, mem.optim_bytes);
     }
 
-    double t_win = t0, win_loss = 0, win_compute = 0;
+    double t_win = t0, win_loss = 0, win_compute = 0, slow_prev = 0;
     dt_dp_stats win_stats = {0};
     int64_t win_items = 0, win_steps = 0, all_items = 0;
     float acc = -1, eloss = NAN;
@@ -1110,6 +1130,11 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         watchdog_tick(step + 1);
         inject_at_step(c, rank, step + 1);
         double tc0 = dt_now();
+        /* --inject slow: this rank's compute takes factor times as long; the extra
+         * time is spent before its gradients are ready, as on a slower machine. */
+        double slept = dt_now();
+        inject_slow(c, rank, slow_prev);
+        slept = dt_now() - slept;
         int local_n, global_n;
         dt_sampler_next(&sampler, B, bb.idx, &local_n, &global_n);
         if (local_n > 0) {
@@ -1241,7 +1266,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         dt_dp_take_stats(dp, &ss);
         ss.backward_s = bwd_s;
         double compute = (tc2 - tc0) - ss.exposed_s;
-        inject_slow(c, rank, compute);
+        slow_prev = compute - slept;
         if (c->balance_dynamic && D > 1) {
             /* Each worker's speed (samples per second of its own compute, slowness
              * included), smoothed, sets its share of the next global batch. */
@@ -1313,8 +1338,8 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                 if (d.lm)
                     fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)step + 1, (double)eloss);
                 else
-                    fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f}\n",
-                            (long long)step + 1, (double)acc, (double)eloss);
+                    fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f,\"time_s\":%.3f}\n",
+                            (long long)step + 1, (double)acc, (double)eloss, te - t0);
                 fflush(metrics);
             }
             if (!quiet) {
