@@ -7,19 +7,9 @@ dt="$1/dtrain"
 tmp=$(mktemp -d)
 trap 'pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-fails=0; passes=0
-ok()   { echo "ok   $*"; passes=$((passes+1)); }
-fail() { echo "FAIL $*"; fails=$((fails+1)); }
-run() { local out=$1; shift; "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { echo "  run $out failed:"; tail -5 "$tmp/$out.log"; return 1; }; }
-losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e]*\).*/\1 \2/'; }
+source "$(dirname "$0")/lib.sh"
 same_bits() { cmp -s "$1/model.safetensors" "$2/model.safetensors" && [ "$(losses "$1")" = "$(losses "$2")" ]; }
 # losses of B after step S within relative TOL of A's
-close_after() {
-  awk -v s="$3" -v tol="$4" 'NR == FNR { a[$1] = $2; next }
-    ($1 in a) && $1 > s { n++; d = a[$1] - $2; if (d < 0) d = -d; r = d / (a[$1] < 0 ? -a[$1] : a[$1]); if (r > w) w = r }
-    END { printf "%d steps after %d, worst relative loss difference %.2g\n", n, s, w; exit !(n > 0 && w <= tol) }' \
-    <(losses "$1") <(losses "$2")
-}
 
 M="--model mlp --hidden 64,32 --batch 48 --steps 16 --optim adamw --lr 3e-3 --log-every 1 --quiet"
 
@@ -108,5 +98,4 @@ run keep -n 1 $M --ckpt-dir "$tmp/ck_keep" --ckpt-every 2 --ckpt-keep 2
 n=$(ls "$tmp/ck_keep" | grep -c ckpt-)
 [ "$n" -eq 2 ] && [ -d "$tmp/ck_keep/ckpt-0000000016" ] && ok "--ckpt-keep 2 keeps 2 ($(ls "$tmp/ck_keep" | tr '\n' ' '))" || fail "--ckpt-keep: $(ls "$tmp/ck_keep")"
 
-echo "$passes passed, $fails failed"
-[ $fails -eq 0 ]
+finish

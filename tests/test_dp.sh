@@ -8,22 +8,14 @@ dt="$1/dtrain"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_MCA_btl=self,vader,tcp
-fails=0; passes=0
-ok()   { echo "ok   $*"; passes=$((passes+1)); }
-fail() { echo "FAIL $*"; fails=$((fails+1)); }
+source "$(dirname "$0")/lib.sh"
 
 MLP="--model mlp --hidden 64,32 --batch 32 --steps 12 --lr 0.05 --log-every 1 --eval-every 0 --quiet"
 GPT="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch 8 --steps 8 --lr 3e-3 --warmup 2 --log-every 1 --eval-max 16 --quiet"
 
-losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"loss":\([-0-9.e]*\).*/\1/'; }
 # compare_losses A B: every step's loss within relative 1e-5
-compare_losses() {
-  paste <(losses "$1") <(losses "$2") | awk '
-    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > worst) worst = r }
-    END { printf "%d steps, worst relative loss difference %.2g\n", n, worst; exit !(n > 0 && worst <= 1e-5) }'
-}
+compare_losses() { close_after "$1" "$2" 0 1e-5; }
 
-run() { local out=$1; shift; "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { echo "  run $out failed:"; tail -5 "$tmp/$out.log"; return 1; }; }
 
 for model in mlp gpt; do
   if [ $model = mlp ]; then args=$MLP; else args=$GPT; fi
@@ -98,5 +90,4 @@ else
   fail "stalled rank: rc=$rc after ${took}s"; cat "$tmp/hang.err" | head -20
 fi
 
-echo "$passes passed, $fails failed"
-[ $fails -eq 0 ]
+finish

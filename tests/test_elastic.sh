@@ -7,9 +7,7 @@ dt="$1/dtrain"
 tmp=$(mktemp -d)
 trap 'pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-fails=0; passes=0
-ok()   { echo "ok   $*"; passes=$((passes+1)); }
-fail() { echo "FAIL $*"; fails=$((fails+1)); }
+source "$(dirname "$0")/lib.sh"
 M="--model mlp --hidden 64,32 --batch 48 --steps 12 --optim adamw --lr 3e-3 --log-every 1 --quiet"
 hf="$tmp/hosts"
 echo "localhost slots=4" > "$hf"
@@ -28,5 +26,4 @@ else fail "elastic resume rc=$rc ranks='$ranks'"; cat "$tmp/el.log"; fi
 echo "localhost slots=1" > "$hf"
 err=$("$dt" train $M --hostfile "$hf" --min-nproc 2 --max-restarts 1 2>&1 >/dev/null); rc=$?
 if [ $rc -ne 0 ] && grep -q "fewer than --min-nproc 2" <<<"$err"; then ok "--min-nproc: $err"; else fail "--min-nproc rc=$rc: $err"; fi
-echo "$passes passed, $fails failed"
-[ $fails -eq 0 ]
+finish

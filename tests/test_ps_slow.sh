@@ -7,11 +7,7 @@ dt="$1/dtrain"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-fails=0; passes=0
-ok()   { echo "ok   $*"; passes=$((passes+1)); }
-fail() { echo "FAIL $*"; fails=$((fails+1)); }
-run() { local out=$1; shift; timeout 300 "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { echo "  run $out failed:"; tail -3 "$tmp/$out.log"; return 1; }; }
-acc() { grep -o '"test_acc":[0-9.]*' "$1/metrics.jsonl" | tail -1 | cut -d: -f2; }
+source "$(dirname "$0")/lib.sh"
 stale() { grep '"staleness"' "$1/metrics.jsonl" | grep -o '"max":[0-9]*' | cut -d: -f2; }
 
 # convergence: one epoch of the default mlp
@@ -29,5 +25,4 @@ run rb_clean -n 6 --strategy ps --servers 1 --consistency bsp $R && run rb_med -
   a=$(acc "$tmp/rb_med"); c=$(acc "$tmp/rb_clean")
   awk -v a="$a" -v c="$c" 'BEGIN { exit !(a >= c - 0.06) }' && ok "BSP + median with a sign-flipping worker: $a vs clean $c" || fail "BSP median: $a vs $c"; }
 
-echo "$passes passed, $fails failed"
-[ $fails -eq 0 ]
+finish
