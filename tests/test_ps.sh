@@ -31,6 +31,35 @@ run ssp2 -n 4 --strategy ps --servers 1 --consistency ssp:2 $L --inject slow:ran
   s=$(stale "$tmp/ssp2"); [ "$s" -le 2 ] && ok "SSP:2 with a 3x slower worker: max recorded staleness $s" || fail "SSP:2 staleness $s"; }
 run asp -n 3 --strategy ps --servers 1 --consistency asp $L --inject slow:rank=1:factor=5 && ok "ASP with a 5x slower worker finished (max staleness $(stale "$tmp/asp"))" || fail "ASP with a slow worker"
 
+# checkpoints: a crashed worker and a killed server are restarted by the
+# supervisor from the servers' checkpoint; BSP resumes bit for bit
+C="--model mlp --hidden 64,32 --batch 32 --steps 20 --lr 0.05 --log-every 1 --quiet"
+run pref -n 3 --strategy ps --consistency bsp $C || fail "ps reference"
+run pcrash -n 3 --strategy ps --consistency bsp $C --ckpt-dir "$tmp/pck" --ckpt-every 5 --max-restarts 2 --restart-backoff 0.2 \
+    --inject crash:rank=1:step=13 && {
+  cmp -s "$tmp/pref/model.safetensors" "$tmp/pcrash/model.safetensors" && grep -q "resuming the parameter server" "$tmp/pcrash.log" \
+    && ok "worker crash under the supervisor: resumed from the servers' checkpoint, bitwise identical" || fail "ps worker crash"; }
+timeout 300 "$dt" train -n 3 --strategy ps --consistency bsp $C --ckpt-dir "$tmp/psk" --ckpt-every 5 --max-restarts 2 \
+    --restart-backoff 0.2 --inject slow:rank=0:factor=40 --out "$tmp/pkill" > "$tmp/pkill.log" 2>&1 &
+job=$!
+victim=""
+for i in $(seq 400); do
+  if [ -f "$tmp/psk/ckpt-0000000005/manifest.json" ]; then
+    for p in $(pgrep -f "psk"); do grep -qz '^OMPI_COMM_WORLD_RANK=2$' /proc/$p/environ 2>/dev/null && victim=$p; done
+    [ -n "$victim" ] && break
+  fi
+  sleep 0.05
+done
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job; rc=$?
+if [ -n "$victim" ] && [ $rc -eq 0 ] && cmp -s "$tmp/pref/model.safetensors" "$tmp/pkill/model.safetensors"; then
+  ok "kill -9 of the server (pid $victim): restarted from its checkpoint, bitwise identical"
+else fail "server kill: rc=$rc victim=$victim"; tail -5 "$tmp/pkill.log"; fi
+# a parameter-server checkpoint is logical: synchronous data parallelism resumes it
+run from_ps -n 2 $C --resume "$tmp/pck/ckpt-0000000010" && {
+  msg=$(close_after "$tmp/pref" "$tmp/from_ps" 10 1e-3); "$dt" diff "$tmp/pref/model.safetensors" "$tmp/from_ps/model.safetensors" --rtol 1e-4 --atol 1e-6 > /dev/null \
+    && ok "sync DP resumed the parameter server's checkpoint: same final weights" || fail "sync from ps checkpoint"; }
+
 expect "needs --consistency bsp" -n 4 --strategy ps --consistency asp --aggregate median $S
 expect "ssp:K needs" --strategy ps --consistency ssp:x $S
 expect "leaves no worker" -n 2 --strategy ps --servers 2 $S

@@ -50,6 +50,8 @@ typedef struct dt_ckpt_state {
 typedef struct dt_ckpt_shard {
     int n;
     const size_t *arena_off, *len, *state_off;
+    bool params_too;         /* also write the parameters of these runs, as slices
+                              * named <param>@<offset> (parameter-server key ranges) */
 } dt_ckpt_shard;
 
 /* ---- writing ---------------------------------------------------------------- */

@@ -34,11 +34,21 @@ extern "C" {
 
 typedef enum { DT_PS_BSP, DT_PS_ASP, DT_PS_SSP } dt_ps_mode;
 
+/* Server-side checkpoint: called when every worker has reached `clock` (a
+ * consistent cut); the server's range [lo, lo+len) of m->w and its optimizer. */
+typedef dt_status (*dt_ps_ckpt_fn)(void *ctx, int64_t clock, size_t lo, size_t len, const dt_optim *opt);
+
 typedef struct dt_ps_cfg {
     int servers;                /* S >= 1 */
     dt_ps_mode mode;
     int staleness;              /* SSP: K */
     dt_agg agg;                 /* BSP only: robust aggregation of the W gradients */
+    /* checkpoints and resume (server side) */
+    dt_ps_ckpt_fn ckpt;         /* NULL: none */
+    void *ckpt_ctx;
+    int64_t start_clock;        /* resume: every worker starts at this clock */
+    const float *M0, *V0;       /* resume: logical optimizer state (arena-indexed) or NULL */
+    int64_t t0;                 /* resume: optimizer step count */
 } dt_ps_cfg;
 
 #define DT_PS_HIST 32           /* staleness histogram bins (the last collects the rest) */
@@ -60,6 +70,9 @@ dt_status dt_ps_pull(dt_ps_client *c, int64_t clock);
 void dt_ps_block_done(void *client, int block);
 /* Pushes what is left, waits for the sends, zeroes the gradients. */
 dt_status dt_ps_push_end(dt_ps_client *c);
+/* Checkpoint barrier: tells the servers this worker has pushed everything before
+ * `clock` and waits until they have checkpointed that consistent cut. */
+dt_status dt_ps_checkpoint(dt_ps_client *c, int64_t clock);
 /* Tells the servers this worker is done. */
 dt_status dt_ps_finish(dt_ps_client *c);
 /* After every worker finished: rank 0 (a worker) receives every range of the

@@ -109,6 +109,7 @@ struct dt_ckpt_writer {
     char *dir;
     int rank, world, keep;
     int *writers, n_writers;  /* world ranks that write a file */
+    bool params_too;          /* the snapshot's runs also carry parameters */
     bool writes;              /* this rank is one of them */
     bool *mask;               /* parameters this rank writes (snapshot) */
     double timeout;
@@ -160,14 +161,14 @@ static dt_status persist(dt_ckpt_writer *w) {
     }
     /* Optimizer slices: one per (state, parameter, run) overlap. Names must outlive
      * the writer, so keep them in one array. */
-    size_t max_slices = (size_t)w->nruns * (size_t)m->n_params * (size_t)(w->n_states ? w->n_states : 1);
+    size_t max_slices = (size_t)w->nruns * (size_t)m->n_params * (size_t)(w->n_states + 1);
     names = dt_calloc(max_slices ? max_slices : 1, sizeof *names);
     if (!names) {
         st = dt_errorf(DT_ERR_NOMEM, "out of memory writing a checkpoint");
         goto out;
     }
     size_t ns = 0;
-    for (int k = 0; k < w->n_states && !st; k++)
+    for (int k = w->params_too ? -1 : 0; k < w->n_states && !st; k++)
         for (int r = 0; r < w->nruns && !st; r++) {
             size_t lo = w->runs[3 * r], len = w->runs[3 * r + 1], so = w->runs[3 * r + 2];
             for (int i = 0; i < m->n_params && !st; i++) {
@@ -176,14 +177,17 @@ static dt_status persist(dt_ckpt_writer *w) {
                 size_t e = p->offset + p->numel < lo + len ? p->offset + p->numel : lo + len;
                 if (a >= e) continue;
                 char *nm = names[ns++];
-                snprintf(nm, sizeof names[0], "optim.%s.%s@%zu", state_names(s->optim, k), p->name, a - p->offset);
+                const char *state = k < 0 ? "param" : state_names(s->optim, k);
+                if (k < 0) snprintf(nm, sizeof names[0], "%s@%zu", p->name, a - p->offset);
+                else snprintf(nm, sizeof names[0], "optim.%s.%s@%zu", state, p->name, a - p->offset);
                 int64_t shp[1] = {(int64_t)(e - a)};
-                st = add_tensor(sw, crcs, nm, 1, shp, w->st[k] + so + (a - lo), e - a);
+                const float *src = k < 0 ? w->params + a : w->st[k] + so + (a - lo);
+                st = add_tensor(sw, crcs, nm, 1, shp, src, e - a);
                 json_t *sl = json_object();
                 json_t *gs = json_array();
                 for (int d = 0; d < p->ndim; d++) json_array_append_new(gs, json_integer(p->shape[d]));
                 json_object_set_new(sl, "param", json_string(p->name));
-                json_object_set_new(sl, "state", json_string(state_names(s->optim, k)));
+                json_object_set_new(sl, "state", json_string(state));
                 json_object_set_new(sl, "offset", json_integer((json_int_t)(a - p->offset)));
                 json_object_set_new(sl, "global_shape", gs);
                 json_object_set_new(slices, nm, sl);
@@ -423,7 +427,8 @@ dt_status dt_ckpt_save_async(dt_ckpt_writer *w, const dt_model *m, const dt_opti
     if (!w->mask) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     bool any = false;
     for (int i = 0; i < m->n_params; i++) any |= (w->mask[i] = param_mask && param_mask[i]);
-    if (any) {
+    w->params_too = shard->params_too;
+    if (any || shard->params_too) {
         if (w->params_cap < m->n) {
             dt_free(w->params);
             w->params = dt_alloc_floats(m->n);
@@ -670,20 +675,26 @@ dt_status dt_ckpt_load(const char *path, dt_model *m, float *M, float *V, dt_ckp
     if (st) return st;
     float *w = dt_alloc_floats(m->n);
     uint8_t *cover[2] = {NULL, NULL}; /* times each arena float was written */
+    uint8_t *pcover = NULL;
     if (!w) {
         st = dt_errorf(DT_ERR_NOMEM, "out of memory loading %s", path);
         goto out;
     }
-    /* Parameters: every model tensor exactly once, in some file. */
+    /* Parameters: every model tensor once, in some file, whole under its name or
+     * as slices (parameter-server key ranges, checked for coverage below). */
+    pcover = dt_calloc(m->n ? m->n : 1, 1);
+    bool *whole = dt_calloc((size_t)m->n_params + 1, sizeof(bool));
+    if (!pcover || !whole) {
+        dt_free(whole);
+        st = dt_errorf(DT_ERR_NOMEM, "out of memory loading %s", path);
+        goto out;
+    }
     for (int i = 0; i < m->n_params && !st; i++) {
         const dt_param *p = &m->params[i];
         const dt_st_tensor *t = NULL;
         int fi = 0;
         for (; fi < cf.n && !t; fi++) t = dt_st_find(cf.f[fi], p->name);
-        if (!t) {
-            st = dt_errorf(DT_ERR_SHAPE, "%s: parameter '%s' is missing (a checkpoint of another model?)", path, p->name);
-            break;
-        }
+        if (!t) continue;
         bool same = t->ndim == p->ndim;
         for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
         if (!same) {
@@ -692,8 +703,13 @@ dt_status dt_ckpt_load(const char *path, dt_model *m, float *M, float *V, dt_ckp
             break;
         }
         st = dt_st_read_f32(cf.f[fi - 1], t, w + p->offset, p->numel);
+        whole[i] = true;
+        memset(pcover + p->offset, 1, p->numel);
     }
-    if (st) goto out;
+    if (st) {
+        dt_free(whole);
+        goto out;
+    }
     /* Optimizer state: slices reassembled into the logical tensors. */
     float *dst[2] = {M, V};
     for (int k = 0; k < 2; k++) {
@@ -719,9 +735,10 @@ dt_status dt_ckpt_load(const char *path, dt_model *m, float *M, float *V, dt_ckp
             const dt_st_tensor *t = dt_st_find(cf.f[fi], key);
             const dt_param *p = pn ? dt_model_find(m, pn) : NULL;
             int k = -1;
+            bool is_param = sn && strcmp(sn, "param") == 0;
             for (int j = 0; j < want_states; j++)
                 if (sn && strcmp(sn, state_names(s.optim, j)) == 0) k = j;
-            if (!t || !p || k < 0 || !json_is_integer(off)) {
+            if (!t || !p || (k < 0 && !is_param) || !json_is_integer(off)) {
                 st = dt_errorf(DT_ERR_FORMAT, "%s: slice '%s' names an unknown parameter or state", cf.names[fi], key);
                 break;
             }
@@ -730,15 +747,29 @@ dt_status dt_ckpt_load(const char *path, dt_model *m, float *M, float *V, dt_ckp
                 st = dt_errorf(DT_ERR_FORMAT, "%s: slice '%s' runs past its tensor", cf.names[fi], key);
                 break;
             }
-            if (!dst[k]) continue;
-            if ((st = dt_st_read_f32(cf.f[fi], t, dst[k] + p->offset + (size_t)o, t->numel))) break;
+            uint8_t *cov = is_param ? pcover : cover[k];
+            float *into = is_param ? w : dst[k];
+            if (!into) continue;
+            if ((st = dt_st_read_f32(cf.f[fi], t, into + p->offset + (size_t)o, t->numel))) break;
             for (size_t j = 0; j < t->numel; j++) {
                 size_t x = p->offset + (size_t)o + j;
-                if (cover[k][x] < 255) cover[k][x]++;
+                if (cov[x] < 255) cov[x]++;
             }
         }
         json_decref(sl);
     }
+    for (int i = 0; i < m->n_params && !st; i++) {
+        const dt_param *p = &m->params[i];
+        for (size_t j = 0; j < p->numel; j++)
+            if (pcover[p->offset + j] != 1) {
+                st = !pcover[p->offset + j] && j == 0 && !whole[i]
+                         ? dt_errorf(DT_ERR_SHAPE, "%s: parameter '%s' is missing (a checkpoint of another model?)", path, p->name)
+                         : dt_errorf(DT_ERR_FORMAT, "%s: parameter '%s' is %s at element %zu", path, p->name,
+                                     pcover[p->offset + j] ? "written twice" : "missing", j);
+                break;
+            }
+    }
+    dt_free(whole);
     if (st) goto out;
     for (int k = 0; k < 2 && !st; k++) {
         if (!dst[k] || k >= want_states) continue;
@@ -764,6 +795,7 @@ out:
     dt_free(w);
     dt_free(cover[0]);
     dt_free(cover[1]);
+    dt_free(pcover);
     files_free(&cf);
     return st;
 }

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-enum { TAG_REQ = 0x5100, TAG_DATA, TAG_REP, TAG_VAL, TAG_FINAL };
-enum { REQ_PULL = 1, REQ_PUSH = 2, REQ_DONE = 3 };
+enum { TAG_REQ = 0x5100, TAG_DATA, TAG_REP, TAG_VAL, TAG_FINAL, TAG_ACK };
+enum { REQ_PULL = 1, REQ_PUSH = 2, REQ_DONE = 3, REQ_CKPT = 4 };
 
 typedef struct hdr {
     int64_t type, clock, read_clock, pad;
@@ -71,6 +71,7 @@ typedef struct server {
     bool *bsp_got;
     float *agg_scratch, *agg_out;
     uint64_t *hist;
+    int64_t *ck_clock;          /* per worker: clock of a checkpoint request, -1 none */
 } server;
 
 static int64_t global_clock(const server *sv) {
@@ -152,6 +153,28 @@ static void try_apply_bsp(server *sv) {
     memset(sv->bsp_got, 0, (size_t)W * sizeof(bool));
 }
 
+/* A checkpoint when every running worker asked for the same clock (each asked
+ * after its last push before it, so that cut is applied), then release them. */
+static dt_status try_checkpoint(server *sv) {
+    int64_t c = -1;
+    for (int w = 0; w < sv->W; w++) {
+        if (!sv->active[w]) continue;
+        if (sv->ck_clock[w] < 0 || (c >= 0 && sv->ck_clock[w] != c)) return DT_OK;
+        c = sv->ck_clock[w];
+    }
+    if (c < 0) return DT_OK;
+    dt_status st = sv->cfg.ckpt ? sv->cfg.ckpt(sv->cfg.ckpt_ctx, c, sv->lo, sv->len, sv->opt) : DT_OK;
+    hdr ack = {0, c, 0, 0};
+    for (int w = 0; w < sv->W && !st; w++) {
+        if (!sv->active[w]) continue;
+        dt_req r;
+        st = dt_isend(sv->c, &ack, sizeof ack, w, TAG_ACK, &r);
+        if (!st) st = dt_waitall(sv->c, &r, 1, "parameter server checkpoint");
+        sv->ck_clock[w] = -1;
+    }
+    return st;
+}
+
 static dt_status on_push(server *sv, int w, const hdr *h) {
     dt_req r;
     dt_status st = dt_irecv(sv->c, sv->gin, sv->len * sizeof(float), w, TAG_DATA, &r);
@@ -193,9 +216,10 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
     sv.out_hdr = dt_calloc((size_t)W, sizeof(hdr));
     sv.gin = dt_alloc_floats(sv.len);
     sv.bsp_got = dt_calloc((size_t)W, sizeof(bool));
+    sv.ck_clock = dt_calloc((size_t)W, sizeof(int64_t));
     dt_status st = DT_OK;
     if (!in_req || !in_hdr || !sv.clock || !sv.active || !sv.pending || !sv.outbuf || !sv.out_req ||
-        !sv.out_busy || !sv.out_hdr || !sv.gin || !sv.bsp_got) {
+        !sv.out_busy || !sv.out_hdr || !sv.gin || !sv.bsp_got || !sv.ck_clock) {
         st = dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
         goto out;
     }
@@ -210,9 +234,16 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
         }
     }
     if ((st = dt_optim_create(&sv.opt, ocfg, sv.len))) goto out;
+    /* Resume: the workers' clocks and this range's optimizer state. */
+    sv.bsp_clock = cfg->start_clock;
+    if (cfg->M0 && sv.opt->m) memcpy(sv.opt->m, cfg->M0 + sv.lo, sv.len * sizeof(float));
+    if (cfg->V0 && sv.opt->v) memcpy(sv.opt->v, cfg->V0 + sv.lo, sv.len * sizeof(float));
+    if (cfg->start_clock > 0) sv.opt->t = cfg->t0;
     for (int w = 0; w < W && !st; w++) {
         sv.active[w] = true;
         sv.pending[w] = -1;
+        sv.ck_clock[w] = -1;
+        sv.clock[w] = cfg->start_clock;
         if (!(sv.outbuf[w] = dt_alloc_floats(sv.len))) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
         if (!st) st = dt_irecv(world, &in_hdr[w], sizeof(hdr), w, TAG_REQ, &in_req[w]);
     }
@@ -229,7 +260,10 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
         hdr h = in_hdr[k];
         if (h.type == REQ_PUSH) st = on_push(&sv, k, &h);
         else if (h.type == REQ_PULL) sv.pending[k] = h.clock;
-        else if (h.type == REQ_DONE) {
+        else if (h.type == REQ_CKPT) {
+            sv.ck_clock[k] = h.clock;
+            st = try_checkpoint(&sv);
+        } else if (h.type == REQ_DONE) {
             sv.active[k] = false;
             n_active--;
             if (sv.cfg.mode == DT_PS_BSP) try_apply_bsp(&sv);
@@ -260,6 +294,7 @@ out:
     dt_free(sv.gin);
     dt_free(sv.bsp);
     dt_free(sv.bsp_got);
+    dt_free(sv.ck_clock);
     dt_free(sv.agg_scratch);
     dt_free(sv.agg_out);
     return st;
@@ -365,6 +400,23 @@ dt_status dt_ps_push_end(dt_ps_client *c) {
         if (!c->pushed[s]) st = push_range(c, s);
     if (!st) st = dt_waitall(c->c, c->push_req, 2 * c->S, "parameter server push");
     memset(c->m->g, 0, c->m->n * sizeof(float));
+    return st;
+}
+
+dt_status dt_ps_checkpoint(dt_ps_client *c, int64_t clock) {
+    hdr q = {REQ_CKPT, clock, 0, 0};
+    dt_status st = DT_OK;
+    for (int s = 0; s < c->S && !st; s++) {
+        dt_req r;
+        st = dt_isend(c->c, &q, sizeof q, c->W + s, TAG_REQ, &r);
+        if (!st) st = dt_waitall(c->c, &r, 1, "parameter server checkpoint");
+    }
+    for (int s = 0; s < c->S && !st; s++) {
+        hdr ack;
+        dt_req r;
+        st = dt_irecv(c->c, &ack, sizeof ack, c->W + s, TAG_ACK, &r);
+        if (!st) st = dt_waitall(c->c, &r, 1, "parameter server checkpoint");
+    }
     return st;
 }
 

@@ -102,9 +102,9 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
         return dt_errorf(DT_ERR_INVALID, "--strategy hogwild runs threads of one process on one model: no checkpoints, --aggregate, --balance, --pp, --tp or --clip");
     if (c->strategy == DT_STRATEGY_HOGWILD && (c->hogwild_threads < 1 || c->hogwild_threads > 256))
         return dt_errorf(DT_ERR_INVALID, "--strategy hogwild needs --threads T (1 to 256)");
-    if (c->strategy == DT_STRATEGY_PS && (c->ckpt_dir || c->resume || c->balance_dynamic || c->pp > 1 || c->tp > 1 ||
+    if (c->strategy == DT_STRATEGY_PS && (c->balance_dynamic || c->pp > 1 || c->tp > 1 ||
                                           c->dp.zero || c->accum > 1 || c->clip > 0))
-        return dt_errorf(DT_ERR_INVALID, "--strategy ps: checkpoints, --balance, --pp, --tp, --zero, --accum and --clip are not supported with the parameter server yet");
+        return dt_errorf(DT_ERR_INVALID, "--strategy ps: --balance, --pp, --tp, --zero, --accum and --clip are not supported with the parameter server");
     if (c->strategy == DT_STRATEGY_PS && c->agg.kind != DT_AGG_NONE && c->ps.mode != DT_PS_BSP)
         return dt_errorf(DT_ERR_INVALID, "--aggregate with the parameter server needs --consistency bsp (every step's gradients together)");
     if (c->strategy == DT_STRATEGY_PS && (c->ps.servers < 1 || c->ps.servers > 1024))
@@ -523,7 +523,31 @@ out:
 }
 
 static void watchdog_tick(int64_t step);
+static void inject_at_step(const dt_train_cfg *c, int rank, int64_t step);
+static void keep_metrics_upto(const char *path, int64_t step);
 static bool byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t step);
+
+/* Parameter-server checkpoints: each server writes its key range (parameters as
+ * slices, its optimizer state) at a consistent cut; rank 0 (worker 0) writes
+ * the run's state and the manifest. */
+typedef struct ps_ckpt {
+    dt_ckpt_writer *w;
+    const dt_model *m;
+    dt_ckpt_state base;
+} ps_ckpt;
+
+static dt_status ps_server_ckpt(void *ctx, int64_t clock, size_t lo, size_t len, const dt_optim *opt) {
+    ps_ckpt *pc = ctx;
+    dt_ckpt_state cs = pc->base;
+    cs.step = clock;
+    cs.optim_t = opt->t;
+    size_t zero = 0;
+    dt_ckpt_shard sh = {1, &lo, &len, &zero, true};
+    dt_status st = dt_ckpt_save_async(pc->w, pc->m, opt, &sh, NULL, &cs);
+    /* Synchronous for the server: the range changes as soon as the workers go on. */
+    if (!st) st = dt_ckpt_flush(pc->w);
+    return st;
+}
 
 /* ---- parameter server ---------------------------------------------------------------
  * The last --servers ranks serve key ranges (src/ps/ps.c); the workers pull,
@@ -542,18 +566,80 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
     dt_comm *self = NULL;
     FILE *metrics = NULL;
     double hist[DT_PS_HIST] = {0};
+    dt_ckpt_writer *ckw = NULL;
+    dt_optim *dummy = NULL;
+    float *rM = NULL, *rV = NULL;
+    int64_t rt = 0;
     dt_status st = DT_OK;
     if (W < 1) return dt_errorf(DT_ERR_INVALID, "--servers %d leaves no worker among %d ranks", S, N);
     if (lead && !quiet)
         dt_log(DT_LOG_INFO, "parameter server: %d server%s, %d worker%s, %s%s", S, S == 1 ? "" : "s", W, W == 1 ? "" : "s",
                c->ps.mode == DT_PS_BSP ? "BSP" : c->ps.mode == DT_PS_ASP ? "ASP" : "SSP", "");
     double t0 = dt_now();
+    /* Checkpoint writers: rank 0 (state, manifest) and the servers (ranges). */
+    if (c->ckpt_dir) {
+        int *wr = dt_calloc((size_t)S + 1, sizeof(int));
+        if (!wr) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+        wr[0] = 0;
+        for (int s2 = 0; s2 < S; s2++) wr[s2 + 1] = W + s2;
+        if (rank == 0 || rank >= W) st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, N, wr, S + 1, c->ckpt_keep, 10 * c->timeout);
+        dt_free(wr);
+        if (st) goto out;
+    }
+    ps_ckpt pck = {ckw, m, {0}};
+    pck.base.seed = c->seed;
+    pck.base.world = N;
+    pck.base.dp = W;
+    pck.base.pp = pck.base.tp = 1;
+    pck.base.batch = B;
+    pck.base.optim = c->optim.kind;
+    snprintf(pck.base.config, sizeof pck.base.config, "%s", c->config_json ? c->config_json : "{}");
+    /* Resume: every rank reads the logical state; servers take their range's
+     * optimizer state, workers the sampler position. */
+    int64_t start = 0, pos[2] = {-1, -1};
+    if (c->resume) {
+        char path[4096];
+        if (strcmp(c->resume, "auto") == 0) {
+            if (dt_ckpt_find_latest(c->ckpt_dir, path, sizeof path)) path[0] = '\0';
+        } else {
+            snprintf(path, sizeof path, "%s", c->resume);
+        }
+        if (path[0]) {
+            dt_ckpt_state cs;
+            if (!(rM = dt_alloc_floats(m->n)) || !(rV = dt_alloc_floats(m->n))) {
+                st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            if ((st = dt_ckpt_load(path, m, rM, rV, &cs))) goto out;
+            if (cs.batch != B || cs.optim != c->optim.kind || cs.seed != c->seed) {
+                st = dt_errorf(DT_ERR_INVALID, "%s was written with another global batch, optimizer or seed; resume with the same", path);
+                goto out;
+            }
+            start = cs.step;
+            pos[0] = cs.epoch;
+            pos[1] = cs.index;
+            rt = cs.optim_t;
+            if (lead) dt_log(DT_LOG_INFO, "resuming the parameter server from %s (step %lld)", path, (long long)start);
+        } else if (lead) {
+            dt_log(DT_LOG_INFO, "no valid checkpoint in %s: starting from scratch", c->ckpt_dir);
+        }
+    }
     if (rank >= W) {
         /* A server: serve, then hand the final range to rank 0. */
         uint64_t h[DT_PS_HIST];
         dt_ps_cfg pc = c->ps;
         pc.agg = c->agg;
         if ((st = dt_agg_check(&pc.agg, W))) goto out;
+        if (c->ckpt_dir) {
+            pc.ckpt = ps_server_ckpt;
+            pc.ckpt_ctx = &pck;
+        }
+        pc.start_clock = start;
+        pc.M0 = start > 0 ? rM : NULL;
+        pc.V0 = start > 0 ? rV : NULL;
+        /* The server's own update count: one per step under BSP, one per push otherwise. */
+        pc.t0 = c->ps.mode == DT_PS_BSP ? start : start * W;
+        (void)rt;
         st = dt_ps_serve(m, world, &pc, &c->optim, &sched, h);
         for (int i = 0; i < DT_PS_HIST; i++) hist[i] = (double)h[i];
     } else {
@@ -562,11 +648,14 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
         if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, maxB))) goto out;
         if ((st = batch_buf_init(&bb, m, maxB > 256 ? maxB : 256, d->T))) goto out;
         if ((st = dt_sampler_init(&sp, d->n_train, c->seed, true, false, rank, W))) goto out;
+        if (pos[0] >= 0 && (st = dt_sampler_seek(&sp, pos[0], pos[1]))) goto out;
+        if (lead && ckw && (st = dt_optim_create(&dummy, &c->optim, 0))) goto out;
         if (lead && c->out_dir) {
             char path[4096];
             if ((st = make_dir(c->out_dir))) goto out;
             snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
-            if (!(metrics = fopen(path, "w"))) {
+            if (start > 0) keep_metrics_upto(path, start);
+            if (!(metrics = fopen(path, start > 0 ? "a" : "w"))) {
                 st = dt_errorf(DT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
                 goto out;
             }
@@ -575,9 +664,10 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
         int wn = 0;
         bool byz_me = false;
         for (int i = 0; i < c->n_inject; i++) byz_me |= c->inject[i].kind == DT_INJECT_BYZANTINE && c->inject[i].rank == rank;
-        for (int64_t step = 0; step < total && !st; step++) {
+        for (int64_t step = start; step < total && !st; step++) {
             dt_comm_set_step(world, step + 1);
             watchdog_tick(step + 1);
+            inject_at_step(c, rank, step + 1);
             if ((st = dt_ps_pull(cl, step))) break;
             inject_slow(c, rank, slow_prev); /* before computing: a slower machine */
             double tcomp = dt_now();
@@ -604,6 +694,19 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
             }
             slow_prev = dt_now() - tcomp;
             if ((st = dt_ps_push_end(cl))) break;
+            if (c->ckpt_dir && ((c->ckpt_every > 0 && (step + 1) % c->ckpt_every == 0) || step + 1 == total)) {
+                /* A consistent cut: the servers write their ranges; rank 0 the run's state. */
+                if ((st = dt_ps_checkpoint(cl, step + 1))) break;
+                if (lead) {
+                    dt_ckpt_state cs = pck.base;
+                    cs.step = step + 1;
+                    cs.epoch = sp.epoch;
+                    cs.index = sp.index;
+                    cs.optim_t = c->ps.mode == DT_PS_BSP ? step + 1 : (step + 1) * W;
+                    dt_ckpt_shard none = {0, NULL, NULL, NULL, false};
+                    if ((st = dt_ckpt_save_async(ckw, m, dummy, &none, NULL, &cs))) break;
+                }
+            }
             if (lead && c->eval_every > 0 && (step + 1) % c->eval_every == 0 && step + 1 < total) {
                 /* Worker 0 evaluates the parameters it pulled this step (as fresh as
                  * the consistency model lets a worker see them). */
@@ -683,6 +786,14 @@ static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m,
         }
     }
 out:
+    if (ckw) {
+        dt_status fs = dt_ckpt_flush(ckw);
+        if (!st) st = fs;
+    }
+    dt_ckpt_writer_destroy(ckw);
+    dt_optim_destroy(dummy);
+    dt_free(rM);
+    dt_free(rV);
     if (metrics) fclose(metrics);
     dt_ps_client_destroy(cl);
     dt_acts_destroy(acts);
@@ -1245,7 +1356,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                     fo.m = o->m ? gbuf[2] : NULL;
                     fo.v = o->v ? gbuf[3] : NULL;
                     size_t zero_off = 0, all = full->n;
-                    dt_ckpt_shard one = {1, &zero_off, &all, &zero_off};
+                    dt_ckpt_shard one = {1, &zero_off, &all, &zero_off, false};
                     if ((st = dt_ckpt_save_async(ckw, full, &fo, &one, pmask, &cs))) goto done;
                 }
             } else if ((st = dt_ckpt_save_async(ckw, m, dt_dp_optim(dp), &shard, pmask, &cs))) {
