@@ -500,6 +500,7 @@ void dt_dp_shard(const dt_dp *dp, dt_ckpt_shard *out) {
     out->arena_off = dp->sh_off;
     out->len = dp->sh_len;
     out->state_off = dp->sh_state;
+    out->params_too = false;
 }
 
 void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t) {
