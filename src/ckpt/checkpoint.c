@@ -445,8 +445,8 @@ dt_status dt_ckpt_save_async(dt_ckpt_writer *w, const dt_model *m, const dt_opti
         w->st_cap = (w->st[0] && w->st[1]) ? o->n : 0;
         if (!w->st_cap) return dt_errorf(DT_ERR_NOMEM, "out of memory for a checkpoint snapshot");
     }
-    if (w->n_states >= 1) memcpy(w->st[0], o->m, o->n * sizeof(float));
-    if (w->n_states >= 2) memcpy(w->st[1], o->v, o->n * sizeof(float));
+    if (o->n && w->n_states >= 1) memcpy(w->st[0], o->m, o->n * sizeof(float));
+    if (o->n && w->n_states >= 2) memcpy(w->st[1], o->v, o->n * sizeof(float));
     dt_free(w->runs);
     w->runs = dt_calloc((size_t)shard->n * 3 + 1, sizeof(size_t));
     if (!w->runs) return dt_errorf(DT_ERR_NOMEM, "out of memory");
