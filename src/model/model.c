@@ -463,42 +463,18 @@ float dt_model_forward(const dt_model *m, dt_acts *a, const dt_batch *b, const f
     return (float)(sum * b->loss_scale);
 }
 
-void dt_model_backward(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
-                       float *din, dt_block_done_fn done, void *ctx) {
-    int nb = a->last - a->first + 1;
-    const float *d = dout;
-    int which = 0;
-    for (int i = nb - 1; i >= 0; i--) {
-        const dt_block *blk = &m->blocks[a->first + i];
-        float *dprev = NULL;
-        if (a->first + i > 0) {
-            if (i == 0) {
-                dprev = din;
-            } else {
-                dprev = a->dbuf[which];
-                which ^= 1;
-                memset(dprev, 0, (size_t)b->B * blk->in_dim * sizeof(float));
-            }
-        }
-        const float *bin = (a->first + i == 0) ? NULL : a->bound[i];
-        blk->ops->backward(blk, m->w, m->g, b, bin, a->bound[i + 1], d, dprev, a->saved[i],
-                           a->scratch);
-        if (done) done(ctx, a->first + i);
-        d = dprev;
-    }
-}
-
-void dt_model_backward_recompute(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
-                                 float *din, dt_block_done_fn done, void *ctx) {
+/* Backward through the acts' range in reverse; with recompute, each block's
+ * forward is run again from its kept input first (its output is rewritten with
+ * the same values) to rebuild its saved activations. */
+static void backward_range(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout, float *din,
+                           dt_block_done_fn done, void *ctx, bool recompute) {
     int nb = a->last - a->first + 1;
     const float *d = dout;
     int which = 0;
     for (int i = nb - 1; i >= 0; i--) {
         const dt_block *blk = &m->blocks[a->first + i];
         const float *bin = (a->first + i == 0) ? NULL : a->bound[i];
-        /* Rebuild this block's saved activations (its output is rewritten with
-         * the same values). */
-        blk->ops->forward(blk, m->w, b, bin, a->bound[i + 1], a->saved[i], a->scratch);
+        if (recompute) blk->ops->forward(blk, m->w, b, bin, a->bound[i + 1], a->saved[i], a->scratch);
         float *dprev = NULL;
         if (a->first + i > 0) {
             if (i == 0) {
@@ -513,6 +489,16 @@ void dt_model_backward_recompute(dt_model *m, dt_acts *a, const dt_batch *b, con
         if (done) done(ctx, a->first + i);
         d = dprev;
     }
+}
+
+void dt_model_backward(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
+                       float *din, dt_block_done_fn done, void *ctx) {
+    backward_range(m, a, b, dout, din, done, ctx, false);
+}
+
+void dt_model_backward_recompute(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
+                                 float *din, dt_block_done_fn done, void *ctx) {
+    backward_range(m, a, b, dout, din, done, ctx, true);
 }
 
 int dt_model_count_correct(const dt_model *m, const dt_acts *a, const dt_batch *b) {
