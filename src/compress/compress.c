@@ -1,0 +1,106 @@
+/* The compressor interface: parsing, sizes, dispatch, error feedback. */
+#include "dtrain/compress.h"
+
+#include "compress_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+dt_status dt_comp_parse(const char *s, dt_comp_cfg *out) {
+    memset(out, 0, sizeof *out);
+    out->segment = 256;
+    if (strcmp(s, "none") == 0) out->kind = DT_COMP_NONE;
+    else if (strcmp(s, "fp16") == 0) out->kind = DT_COMP_FP16;
+    else if (strcmp(s, "bf16") == 0) out->kind = DT_COMP_BF16;
+    else if (strcmp(s, "int8") == 0) out->kind = DT_COMP_INT8;
+    else if (strcmp(s, "sign") == 0) out->kind = DT_COMP_SIGN;
+    else if (strncmp(s, "topk:", 5) == 0) {
+        char *end;
+        double r = strtod(s + 5, &end);
+        if (end == s + 5 || *end || !(r > 0 && r <= 1))
+            return dt_errorf(DT_ERR_INVALID, "--compress %s: topk:RATIO needs 0 < RATIO <= 1", s);
+        out->kind = DT_COMP_TOPK;
+        out->ratio = (float)r;
+    } else {
+        return dt_errorf(DT_ERR_INVALID, "--compress must be none, fp16, bf16, int8, topk:RATIO or sign, got '%s'", s);
+    }
+    return DT_OK;
+}
+
+size_t dt_comp_topk_k(const dt_comp_cfg *c, size_t n) {
+    if (n == 0) return 0;
+    /* ratio is a float (0.1f is 0.100000001): shave the representation error off
+     * before rounding up, so topk:0.1 of 1000 keeps 100, not 101. */
+    double v = (double)c->ratio * (double)n;
+    size_t k = (size_t)ceil(v - 1e-6 * (v > 1 ? v : 1));
+    return k < 1 ? 1 : (k > n ? n : k);
+}
+
+size_t dt_comp_max_bytes(const dt_comp_cfg *c, size_t n) {
+    switch (c->kind) {
+    case DT_COMP_FP16:
+    case DT_COMP_BF16: return 2 * n;
+    case DT_COMP_INT8: return n + 4 * ((n + c->segment - 1) / (c->segment ? c->segment : 1));
+    case DT_COMP_TOPK: {
+        size_t k = dt_comp_topk_k(c, n);
+        return 10 + 10 * k + (c->fp16_values ? 2 : 4) * k;
+    }
+    case DT_COMP_SIGN: return 4 + (n + 7) / 8;
+    default: return 4 * n;
+    }
+}
+
+size_t dt_comp_encode(const dt_comp_cfg *c, const float *x, size_t n, uint8_t *out, dt_rng *rng) {
+    switch (c->kind) {
+    case DT_COMP_FP16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = dt_f32_to_f16(x[i]);
+            memcpy(out + 2 * i, &h, 2);
+        }
+        return 2 * n;
+    case DT_COMP_BF16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = dt_f32_to_bf16(x[i]);
+            memcpy(out + 2 * i, &h, 2);
+        }
+        return 2 * n;
+    case DT_COMP_INT8: return dt_comp_int8_encode(c, x, n, out, rng);
+    case DT_COMP_TOPK: return dt_comp_topk_encode(c, x, n, out);
+    case DT_COMP_SIGN: return dt_comp_sign_encode(x, n, out);
+    default:
+        memcpy(out, x, 4 * n);
+        return 4 * n;
+    }
+}
+
+dt_status dt_comp_decode(const dt_comp_cfg *c, const uint8_t *in, size_t bytes, float *y, size_t n) {
+    switch (c->kind) {
+    case DT_COMP_FP16:
+    case DT_COMP_BF16:
+        if (bytes != 2 * n) return dt_errorf(DT_ERR_FORMAT, "compressed gradient: %zu bytes for %zu fp16 values", bytes, n);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, in + 2 * i, 2);
+            y[i] = c->kind == DT_COMP_FP16 ? dt_f16_to_f32(h) : dt_bf16_to_f32(h);
+        }
+        return DT_OK;
+    case DT_COMP_INT8: return dt_comp_int8_decode(c, in, bytes, y, n);
+    case DT_COMP_TOPK: return dt_comp_topk_decode(c, in, bytes, y, n);
+    case DT_COMP_SIGN: return dt_comp_sign_decode(in, bytes, y, n);
+    default:
+        if (bytes != 4 * n) return dt_errorf(DT_ERR_FORMAT, "gradient: %zu bytes for %zu values", bytes, n);
+        memcpy(y, in, 4 * n);
+        return DT_OK;
+    }
+}
+
+size_t dt_comp_encode_ef(const dt_comp_cfg *c, const float *g, float *e, size_t n, uint8_t *out,
+                         float *tmp, dt_rng *rng) {
+    for (size_t i = 0; i < n; i++) e[i] += g[i];
+    size_t bytes = dt_comp_encode(c, e, n, out, rng);
+    dt_status st = dt_comp_decode(c, out, bytes, tmp, n);
+    DT_ASSERT(st == DT_OK); /* our own encoding always decodes */
+    for (size_t i = 0; i < n; i++) e[i] -= tmp[i];
+    return bytes;
+}

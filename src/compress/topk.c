@@ -1,0 +1,110 @@
+/* top-k: the k = ceil(ratio * n) largest-|x| values. Wire: k as a varint, the
+ * k sorted indices as varint deltas (the first absolute), then the k values
+ * (little-endian f32, or f16). Selection: a quickselect finds the k-th largest
+ * magnitude; ties at the threshold are taken in index order. */
+#include "compress_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float kth_largest(float *a, size_t n, size_t k) {
+    /* Hoare-style quickselect for the k-th largest (1-based) of a[0..n). */
+    size_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = a[lo + (hi - lo) / 2];
+        size_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i <= j) {
+                float t = a[i];
+                a[i] = a[j];
+                a[j] = t;
+                i++;
+                if (j == 0) break;
+                j--;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else break;
+    }
+    return a[want];
+}
+
+size_t dt_comp_topk_encode(const dt_comp_cfg *c, const float *x, size_t n, uint8_t *out) {
+    size_t k = dt_comp_topk_k(c, n), w = 0;
+    w += dt_varint_put(out + w, k);
+    if (k == 0) return w;
+    float *mag = dt_malloc(n * sizeof(float));
+    DT_ASSERT(mag);
+    for (size_t i = 0; i < n; i++) mag[i] = fabsf(x[i]);
+    float thr = kth_largest(mag, n, k);
+    size_t above = 0;
+    for (size_t i = 0; i < n; i++) above += fabsf(x[i]) > thr;
+    size_t ties = k - above; /* values equal to thr to take, in index order */
+    size_t prev = 0, taken = 0;
+    size_t *list = dt_malloc(k * sizeof(size_t));
+    DT_ASSERT(list);
+    for (size_t i = 0; i < n && taken < k; i++) {
+        float a = fabsf(x[i]);
+        bool take = a > thr || (a == thr && ties > 0);
+        if (!take) continue;
+        if (!(a > thr)) ties--;
+        list[taken++] = i;
+    }
+    for (size_t t = 0; t < k; t++) {
+        w += dt_varint_put(out + w, t == 0 ? list[t] : list[t] - prev);
+        prev = list[t];
+    }
+    for (size_t t = 0; t < k; t++) {
+        if (c->fp16_values) {
+            uint16_t h = dt_f32_to_f16(x[list[t]]);
+            memcpy(out + w, &h, 2);
+            w += 2;
+        } else {
+            memcpy(out + w, &x[list[t]], 4);
+            w += 4;
+        }
+    }
+    dt_free(list);
+    dt_free(mag);
+    return w;
+}
+
+dt_status dt_comp_topk_decode(const dt_comp_cfg *c, const uint8_t *in, size_t bytes, float *y, size_t n) {
+    uint64_t k;
+    size_t r = dt_varint_get(in, bytes, &k);
+    if (!r || k > n) return dt_errorf(DT_ERR_FORMAT, "top-k gradient: bad count");
+    memset(y, 0, n * sizeof(float));
+    size_t *list = dt_malloc((k ? k : 1) * sizeof(size_t));
+    if (!list) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    uint64_t pos = 0;
+    for (uint64_t t = 0; t < k; t++) {
+        uint64_t d;
+        size_t m = dt_varint_get(in + r, bytes - r, &d);
+        if (!m || (t > 0 && d == 0) || d > n || (pos = (t ? pos : 0) + d) >= n) {
+            dt_free(list);
+            return dt_errorf(DT_ERR_FORMAT, "top-k gradient: bad index delta at %llu", (unsigned long long)t);
+        }
+        list[t] = (size_t)pos;
+        r += m;
+    }
+    size_t vb = c->fp16_values ? 2 : 4;
+    if (bytes - r != vb * k) {
+        dt_free(list);
+        return dt_errorf(DT_ERR_FORMAT, "top-k gradient: %zu value bytes for %llu values", bytes - r, (unsigned long long)k);
+    }
+    for (uint64_t t = 0; t < k; t++) {
+        if (vb == 2) {
+            uint16_t h;
+            memcpy(&h, in + r + 2 * t, 2);
+            y[list[t]] = dt_f16_to_f32(h);
+        } else {
+            memcpy(&y[list[t]], in + r + 4 * t, 4);
+        }
+    }
+    dt_free(list);
+    return DT_OK;
+}
