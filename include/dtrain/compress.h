@@ -7,7 +7,8 @@
  *                and stochastic rounding of x/scale*127 to an integer: unbiased
  *   topk:RATIO   the largest-|x| ceil(RATIO*n) values; indices sorted and
  *                delta-encoded as LEB128 varints, values fp32 (or fp16)
- *   sign         1 bit per value plus one scale (mean |x|): the scaled sign
+ *   sign         1 bit per value plus one scale (mean |x|) per segment: the
+ *                scaled sign
  * Every encoder reports the exact bytes it wrote (the bytes on the wire). */
 #ifndef DTRAIN_COMPRESS_H
 #define DTRAIN_COMPRESS_H
@@ -24,7 +25,7 @@ typedef struct dt_comp_cfg {
     dt_comp_kind kind;
     float ratio;           /* topk: fraction kept, (0, 1] */
     bool fp16_values;      /* topk: values as fp16 */
-    size_t segment;        /* int8: values per scale [256] */
+    size_t segment;        /* int8, sign: values per scale [256] */
 } dt_comp_cfg;
 
 /* "none", "fp16", "bf16", "int8", "topk:0.01", "sign". */

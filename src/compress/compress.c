@@ -46,7 +46,7 @@ size_t dt_comp_max_bytes(const dt_comp_cfg *c, size_t n) {
         size_t k = dt_comp_topk_k(c, n);
         return 10 + 10 * k + (c->fp16_values ? 2 : 4) * k;
     }
-    case DT_COMP_SIGN: return 4 + (n + 7) / 8;
+    case DT_COMP_SIGN: return dt_comp_sign_bytes(c, n);
     default: return 4 * n;
     }
 }
@@ -67,7 +67,7 @@ size_t dt_comp_encode(const dt_comp_cfg *c, const float *x, size_t n, uint8_t *o
         return 2 * n;
     case DT_COMP_INT8: return dt_comp_int8_encode(c, x, n, out, rng);
     case DT_COMP_TOPK: return dt_comp_topk_encode(c, x, n, out);
-    case DT_COMP_SIGN: return dt_comp_sign_encode(x, n, out);
+    case DT_COMP_SIGN: return dt_comp_sign_encode(c, x, n, out);
     default:
         memcpy(out, x, 4 * n);
         return 4 * n;
@@ -87,7 +87,7 @@ dt_status dt_comp_decode(const dt_comp_cfg *c, const uint8_t *in, size_t bytes, 
         return DT_OK;
     case DT_COMP_INT8: return dt_comp_int8_decode(c, in, bytes, y, n);
     case DT_COMP_TOPK: return dt_comp_topk_decode(c, in, bytes, y, n);
-    case DT_COMP_SIGN: return dt_comp_sign_decode(in, bytes, y, n);
+    case DT_COMP_SIGN: return dt_comp_sign_decode(c, in, bytes, y, n);
     default:
         if (bytes != 4 * n) return dt_errorf(DT_ERR_FORMAT, "gradient: %zu bytes for %zu values", bytes, n);
         memcpy(y, in, 4 * n);
