@@ -12,6 +12,8 @@
  * fsync of the directory. */
 #include "dtrain/safetensors.h"
 
+#include "dtrain/compress.h" /* fp16/bf16 conversions */
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -383,36 +385,6 @@ void dt_st_meta_at(const dt_st_file *f, int i, const char **key, const char **va
     *value = f->meta_vals[i];
 }
 
-/* IEEE half to float, exact for every input (subnormals, inf, NaN payloads). */
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112u) << 23) | (man << 13); /* rebias 15 -> 127 */
-    } else if (man == 0) {
-        bits = sign;
-    } else {
-        /* Subnormal: man * 2^-24; normalise so the leading 1 becomes implicit. */
-        int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400u));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static float bf16_to_float(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 static char *tensor_label(const dt_st_file *f, const dt_st_tensor *t, char *buf, size_t cap) {
     char nb[96];
     snprintf(buf, cap, "%s: tensor '%s'", f->name, printable(t->name, nb, sizeof nb));
@@ -441,7 +413,7 @@ dt_status dt_st_read_f32(const dt_st_file *f, const dt_st_tensor *t, float *dst,
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, p + 2 * i, sizeof h);
-            dst[i] = t->dtype == DT_F16 ? half_to_float(h) : bf16_to_float(h);
+            dst[i] = t->dtype == DT_F16 ? dt_f16_to_f32(h) : dt_bf16_to_f32(h);
         }
         return DT_OK;
     default:

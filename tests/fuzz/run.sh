@@ -34,7 +34,7 @@ build() { # name sources...
         return 1
     fi
 }
-build fuzz_safetensors "$here/fuzz_safetensors.c" "${core[@]}" "$root/src/ckpt/safetensors.c" &
+build fuzz_safetensors "$here/fuzz_safetensors.c" "${core[@]}" "$root/src/ckpt/safetensors.c" "$root/src/compress/half.c" &
 p1=$!
 build fuzz_idx "$here/fuzz_idx.c" "${core[@]}" "$root"/src/data/*.c &
 p2=$!
