@@ -3,11 +3,10 @@
  *
  * The loop is written against the block-list model and the flat arenas only;
  * nothing here knows which model it is training beyond "classifier or LM". */
-#include "dtrain/train.h"
+#include "internal.h"
 
 #include "dtrain/ckpt.h"
 #include "dtrain/data.h"
-#include "dtrain/hogwild.h"
 #include "dtrain/trace.h"
 #include "dtrain/weights.h"
 
@@ -187,13 +186,7 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
 }
 
 /* ---- the run's data, whichever kind ------------------------------------- */
-typedef struct run_data {
-    bool lm;
-    dt_imageset train, test;
-    dt_corpus corpus;
-    int T;
-    int64_t n_train;            /* samples (images) or windows */
-} run_data;
+
 
 static void run_data_free(run_data *d) {
     dt_imageset_free(&d->train);
@@ -225,14 +218,9 @@ static dt_status run_data_load(const dt_train_cfg *c, run_data *d, bool need_tra
     return DT_OK;
 }
 
-/* Buffers for one batch of either kind. */
-typedef struct batch_buf {
-    int64_t *idx;
-    float *x;
-    int32_t *tokens, *targets;
-} batch_buf;
 
-static dt_status batch_buf_init(batch_buf *b, const dt_model *m, int B, int T) {
+
+dt_status tr_batch_buf_init(batch_buf *b, const dt_model *m, int B, int T) {
     memset(b, 0, sizeof *b);
     b->idx = dt_calloc((size_t)B, sizeof(int64_t));
     size_t per = m->cfg.kind == DT_MODEL_GPT ? (size_t)T : 1;
@@ -244,7 +232,7 @@ static dt_status batch_buf_init(batch_buf *b, const dt_model *m, int B, int T) {
     return DT_OK;
 }
 
-static void batch_buf_free(batch_buf *b) {
+void tr_batch_buf_free(batch_buf *b) {
     dt_free(b->idx);
     dt_free(b->x);
     dt_free(b->tokens);
@@ -254,7 +242,7 @@ static void batch_buf_free(batch_buf *b) {
 /* ---- evaluation ------------------------------------------------------------
  * Each rank evaluates its contiguous share of the test set (or validation
  * windows); sums are combined across ranks. */
-static dt_status evaluate(const dt_model *m, dt_acts *a, const run_data *d, batch_buf *bb, int B,
+dt_status tr_evaluate(const dt_model *m, dt_acts *a, const run_data *d, batch_buf *bb, int B,
                           int eval_max, dt_comm *comm, dt_pipe *pipe, int share, int shares,
                           bool counts, float *acc, float *loss) {
     double sums[3] = {0, 0, 0}; /* loss sum, correct, loss terms (or samples) */
@@ -340,7 +328,7 @@ static dt_status profile_blocks(dt_model *m, const dt_batch *b, double *cost) {
 }
 
 /* ---- output -------------------------------------------------------------------- */
-static dt_status make_dir(const char *dir) {
+dt_status tr_make_dir(const char *dir) {
     if (mkdir(dir, 0777) == 0 || errno == EEXIST) {
         struct stat sb;
         if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return DT_OK;
@@ -359,13 +347,13 @@ static void fmt_eta(char *buf, size_t n, double s) {
 /* ---- fault injection ------------------------------------------------------ */
 /* Injected faults fire in the first attempt only, so a supervised restart can
  * get past them (the supervisor sets DTRAIN_ATTEMPT). */
-static bool first_attempt(void) {
+bool tr_first_attempt(void) {
     const char *a = getenv("DTRAIN_ATTEMPT");
     return !a || strcmp(a, "0") == 0;
 }
 
-static void inject_at_step(const dt_train_cfg *c, int rank, int64_t step) {
-    if (!first_attempt()) return;
+void tr_inject_at_step(const dt_train_cfg *c, int rank, int64_t step) {
+    if (!tr_first_attempt()) return;
     for (int i = 0; i < c->n_inject; i++) {
         const dt_inject *in = &c->inject[i];
         if (in->rank != rank || in->step != step) continue;
@@ -381,8 +369,8 @@ static void inject_at_step(const dt_train_cfg *c, int rank, int64_t step) {
     }
 }
 
-static void inject_slow(const dt_train_cfg *c, int rank, double compute_s) {
-    if (!first_attempt()) return;
+void tr_inject_slow(const dt_train_cfg *c, int rank, double compute_s) {
+    if (!tr_first_attempt()) return;
     for (int i = 0; i < c->n_inject; i++) {
         const dt_inject *in = &c->inject[i];
         if (in->kind != DT_INJECT_SLOW || in->rank != rank) continue;
@@ -399,7 +387,7 @@ static void trace_hook(void *ctx, const char *name, int bucket, double t0, doubl
 
 /* On resume, drop metric lines of steps after the checkpoint (a crashed attempt
  * may have logged them); they are logged again by the resumed run. */
-static void keep_metrics_upto(const char *path, int64_t step) {
+void tr_keep_metrics_upto(const char *path, int64_t step) {
     FILE *f = fopen(path, "r");
     if (!f) return;
     char tmp[4200];
@@ -420,406 +408,17 @@ static void keep_metrics_upto(const char *path, int64_t step) {
     else remove(tmp);
 }
 
-/* ---- Hogwild! ------------------------------------------------------------------
- * Threads of this process share m's weights (src/parallel/hogwild.c); each draws
- * its shard (thread t of T) of every global batch from its own sampler. */
-typedef struct hw_ctx {
-    const run_data *d;
-    const dt_model *m;
-    int B;
-    dt_sampler *samplers;
-    batch_buf *bufs;
-    uint64_t seed;
-} hw_ctx;
-
-static void hw_batch(void *vctx, int t, int64_t step, dt_batch *out) {
-    hw_ctx *h = vctx;
-    batch_buf *bb = &h->bufs[t];
-    int ln, gn;
-    dt_sampler_next(&h->samplers[t], h->B, bb->idx, &ln, &gn);
-    memset(out, 0, sizeof *out);
-    out->B = ln;
-    out->targets = bb->targets;
-    if (ln <= 0) return;
-    out->loss_scale = 1.0f / ((float)ln * (float)h->m->loss_terms);
-    if (h->d->lm) {
-        dt_rng r;
-        dt_rng_init(&r, h->seed, 0x5000 + (uint64_t)h->samplers[t].epoch);
-        int shift = (int)dt_rng_below(&r, (uint64_t)h->d->T);
-        dt_corpus_gather(&h->d->corpus, bb->idx, ln, h->d->T, shift, bb->tokens, bb->targets);
-        out->tokens = bb->tokens;
-    } else {
-        dt_imageset_gather(&h->d->train, bb->idx, ln, bb->x, bb->targets);
-        out->x = bb->x;
-    }
-}
-
-static dt_status train_hogwild(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_train_result *res) {
-    int T = c->hogwild_threads, B = c->batch;
-    int64_t total = c->steps > 0 ? c->steps : c->epochs * ((d->n_train + B - 1) / B);
-    int maxB = (B + T - 1) / T;
-    dt_sampler *sp = dt_calloc((size_t)T, sizeof *sp);
-    batch_buf *bufs = dt_calloc((size_t)T + 1, sizeof *bufs);
-    double *loss = dt_calloc((size_t)total, sizeof(double));
-    dt_acts *eacts = NULL;
-    dt_comm *self = NULL;
-    FILE *metrics = NULL;
-    dt_status st = DT_OK;
-    if (!sp || !bufs || !loss) {
-        st = dt_errorf(DT_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    for (int t = 0; t < T && !st; t++) {
-        st = dt_sampler_init(&sp[t], d->n_train, c->seed, true, false, t, T);
-        if (!st) st = batch_buf_init(&bufs[t], m, maxB, d->T);
-    }
-    if (st) goto out;
-    hw_ctx h = {d, m, B, sp, bufs, c->seed};
-    dt_hogwild_cfg hc = {T, total, maxB, c->optim, {c->lr, c->min_lr, c->warmup, total, c->cosine}};
-    if (!c->quiet)
-        dt_log(DT_LOG_INFO, "hogwild: %d threads share one %s (%zu parameters) with no locks, %lld steps each",
-               T, dt_model_kind_name(m->cfg.kind), m->n, (long long)total);
-    double t0 = dt_now();
-    if ((st = dt_hogwild_train(m, &hc, hw_batch, &h, loss))) goto out;
-    res->seconds = dt_now() - t0;
-    res->steps = total;
-    res->items_per_s = (double)total * B * (d->lm ? d->T : 1) / (res->seconds > 1e-9 ? res->seconds : 1e-9);
-    res->final_loss = (float)loss[total - 1];
-    int eB = d->lm ? 16 : 256;
-    if ((st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, eB))) goto out;
-    if ((st = batch_buf_init(&bufs[T], m, eB, d->T))) goto out;
-    if ((st = dt_comm_self(&self))) goto out;
-    if ((st = evaluate(m, eacts, d, &bufs[T], eB, c->eval_max, self, NULL, 0, 1, true, &res->test_acc, &res->eval_loss)))
-        goto out;
-    if (c->out_dir) {
-        char path[4096];
-        if ((st = make_dir(c->out_dir))) goto out;
-        snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
-        metrics = fopen(path, "w");
-        if (!metrics) {
-            st = dt_errorf(DT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-            goto out;
-        }
-        for (int64_t s2 = 0; s2 < total; s2++)
-            if ((s2 + 1) % c->log_every == 0 || s2 + 1 == total)
-                fprintf(metrics, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"items_per_s\":%.1f,\"threads\":%d}\n",
-                        (long long)s2 + 1, loss[s2], (double)dt_lr_at(&hc.sched, s2), res->items_per_s, T);
-        if (d->lm) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)total, (double)res->eval_loss);
-        else fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f}\n", (long long)total,
-                     (double)res->test_acc, (double)res->eval_loss);
-        snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
-        if ((st = dt_weights_save(m, path, 0, NULL))) goto out;
-    }
-out:
-    if (metrics) fclose(metrics);
-    for (int t = 0; sp && t < T; t++) dt_sampler_free(&sp[t]);
-    for (int t = 0; bufs && t <= T; t++) batch_buf_free(&bufs[t]);
-    dt_free(sp);
-    dt_free(bufs);
-    dt_free(loss);
-    dt_acts_destroy(eacts);
-    dt_comm_destroy(self);
-    return st;
-}
-
-static void watchdog_tick(int64_t step);
-static void inject_at_step(const dt_train_cfg *c, int rank, int64_t step);
-static void keep_metrics_upto(const char *path, int64_t step);
-static bool byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t step);
-
-/* Parameter-server checkpoints: each server writes its key range (parameters as
- * slices, its optimizer state) at a consistent cut; rank 0 (worker 0) writes
- * the run's state and the manifest. */
-typedef struct ps_ckpt {
-    dt_ckpt_writer *w;
-    const dt_model *m;
-    dt_ckpt_state base;
-} ps_ckpt;
-
-static dt_status ps_server_ckpt(void *ctx, int64_t clock, size_t lo, size_t len, const dt_optim *opt) {
-    ps_ckpt *pc = ctx;
-    dt_ckpt_state cs = pc->base;
-    cs.step = clock;
-    cs.optim_t = opt->t;
-    size_t zero = 0;
-    dt_ckpt_shard sh = {1, &lo, &len, &zero, true};
-    dt_status st = dt_ckpt_save_async(pc->w, pc->m, opt, &sh, NULL, &cs);
-    /* Synchronous for the server: the range changes as soon as the workers go on. */
-    if (!st) st = dt_ckpt_flush(pc->w);
-    return st;
-}
-
-/* ---- parameter server ---------------------------------------------------------------
- * The last --servers ranks serve key ranges (src/ps/ps.c); the workers pull,
- * compute their shard's mean gradient and push each range as backward finishes it. */
-static dt_status train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_comm *world,
-                          dt_train_result *res) {
-    int N = dt_comm_size(world), rank = dt_comm_rank(world), S = c->ps.servers, W = N - S;
-    bool lead = rank == 0, quiet = c->quiet || !lead;
-    int B = c->batch;
-    int64_t total = c->steps > 0 ? c->steps : c->epochs * ((d->n_train + B - 1) / B);
-    dt_lr_sched sched = {c->lr, c->min_lr, c->warmup, total, c->cosine};
-    dt_ps_client *cl = NULL;
-    dt_acts *acts = NULL, *eacts = NULL;
-    batch_buf bb = {0}, ebb = {0};
-    dt_sampler sp = {0};
-    dt_comm *self = NULL;
-    FILE *metrics = NULL;
-    double hist[DT_PS_HIST] = {0};
-    dt_ckpt_writer *ckw = NULL;
-    dt_optim *dummy = NULL;
-    float *rM = NULL, *rV = NULL;
-    int64_t rt = 0;
-    dt_status st = DT_OK;
-    if (W < 1) return dt_errorf(DT_ERR_INVALID, "--servers %d leaves no worker among %d ranks", S, N);
-    if (lead && !quiet)
-        dt_log(DT_LOG_INFO, "parameter server: %d server%s, %d worker%s, %s%s", S, S == 1 ? "" : "s", W, W == 1 ? "" : "s",
-               c->ps.mode == DT_PS_BSP ? "BSP" : c->ps.mode == DT_PS_ASP ? "ASP" : "SSP", "");
-    double t0 = dt_now();
-    /* Checkpoint writers: rank 0 (state, manifest) and the servers (ranges). */
-    if (c->ckpt_dir) {
-        int *wr = dt_calloc((size_t)S + 1, sizeof(int));
-        if (!wr) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-        wr[0] = 0;
-        for (int s2 = 0; s2 < S; s2++) wr[s2 + 1] = W + s2;
-        if (rank == 0 || rank >= W) st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, N, wr, S + 1, c->ckpt_keep, 10 * c->timeout);
-        dt_free(wr);
-        if (st) goto out;
-    }
-    ps_ckpt pck = {ckw, m, {0}};
-    pck.base.seed = c->seed;
-    pck.base.world = N;
-    pck.base.dp = W;
-    pck.base.pp = pck.base.tp = 1;
-    pck.base.batch = B;
-    pck.base.optim = c->optim.kind;
-    snprintf(pck.base.config, sizeof pck.base.config, "%s", c->config_json ? c->config_json : "{}");
-    /* Resume: every rank reads the logical state; servers take their range's
-     * optimizer state, workers the sampler position. */
-    int64_t start = 0, pos[2] = {-1, -1};
-    if (c->resume) {
-        char path[4096];
-        if (strcmp(c->resume, "auto") == 0) {
-            if (dt_ckpt_find_latest(c->ckpt_dir, path, sizeof path)) path[0] = '\0';
-        } else {
-            snprintf(path, sizeof path, "%s", c->resume);
-        }
-        if (path[0]) {
-            dt_ckpt_state cs;
-            if (!(rM = dt_alloc_floats(m->n)) || !(rV = dt_alloc_floats(m->n))) {
-                st = dt_errorf(DT_ERR_NOMEM, "out of memory");
-                goto out;
-            }
-            if ((st = dt_ckpt_load(path, m, rM, rV, &cs))) goto out;
-            if (cs.batch != B || cs.optim != c->optim.kind || cs.seed != c->seed) {
-                st = dt_errorf(DT_ERR_INVALID, "%s was written with another global batch, optimizer or seed; resume with the same", path);
-                goto out;
-            }
-            start = cs.step;
-            pos[0] = cs.epoch;
-            pos[1] = cs.index;
-            rt = cs.optim_t;
-            if (lead) dt_log(DT_LOG_INFO, "resuming the parameter server from %s (step %lld)", path, (long long)start);
-        } else if (lead) {
-            dt_log(DT_LOG_INFO, "no valid checkpoint in %s: starting from scratch", c->ckpt_dir);
-        }
-    }
-    if (rank >= W) {
-        /* A server: serve, then hand the final range to rank 0. */
-        uint64_t h[DT_PS_HIST];
-        dt_ps_cfg pc = c->ps;
-        pc.agg = c->agg;
-        if ((st = dt_agg_check(&pc.agg, W))) goto out;
-        if (c->ckpt_dir) {
-            pc.ckpt = ps_server_ckpt;
-            pc.ckpt_ctx = &pck;
-        }
-        pc.start_clock = start;
-        pc.M0 = start > 0 ? rM : NULL;
-        pc.V0 = start > 0 ? rV : NULL;
-        /* The server's own update count: one per step under BSP, one per push otherwise. */
-        pc.t0 = c->ps.mode == DT_PS_BSP ? start : start * W;
-        (void)rt;
-        st = dt_ps_serve(m, world, &pc, &c->optim, &sched, h);
-        for (int i = 0; i < DT_PS_HIST; i++) hist[i] = (double)h[i];
-    } else {
-        int maxB = (B + W - 1) / W;
-        if ((st = dt_ps_client_create(&cl, m, world, &c->ps))) goto out;
-        if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, maxB))) goto out;
-        if ((st = batch_buf_init(&bb, m, maxB > 256 ? maxB : 256, d->T))) goto out;
-        if ((st = dt_sampler_init(&sp, d->n_train, c->seed, true, false, rank, W))) goto out;
-        if (pos[0] >= 0 && (st = dt_sampler_seek(&sp, pos[0], pos[1]))) goto out;
-        if (lead && ckw && (st = dt_optim_create(&dummy, &c->optim, 0))) goto out;
-        if (lead && c->out_dir) {
-            char path[4096];
-            if ((st = make_dir(c->out_dir))) goto out;
-            snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
-            if (start > 0) keep_metrics_upto(path, start);
-            if (!(metrics = fopen(path, start > 0 ? "a" : "w"))) {
-                st = dt_errorf(DT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-                goto out;
-            }
-        }
-        double win = 0, tw = dt_now(), slow_prev = 0;
-        int wn = 0;
-        bool byz_me = false;
-        for (int i = 0; i < c->n_inject; i++) byz_me |= c->inject[i].kind == DT_INJECT_BYZANTINE && c->inject[i].rank == rank;
-        for (int64_t step = start; step < total && !st; step++) {
-            dt_comm_set_step(world, step + 1);
-            watchdog_tick(step + 1);
-            inject_at_step(c, rank, step + 1);
-            if ((st = dt_ps_pull(cl, step))) break;
-            inject_slow(c, rank, slow_prev); /* before computing: a slower machine */
-            double tcomp = dt_now();
-            int ln, gn;
-            dt_sampler_next(&sp, B, bb.idx, &ln, &gn);
-            dt_batch b = {.B = ln, .targets = bb.targets, .loss_scale = ln ? 1.0f / ((float)ln * (float)m->loss_terms) : 0};
-            if (ln > 0) {
-                if (d->lm) {
-                    dt_rng r;
-                    dt_rng_init(&r, c->seed, 0x5000 + (uint64_t)sp.epoch);
-                    int shift = (int)dt_rng_below(&r, (uint64_t)d->T);
-                    dt_corpus_gather(&d->corpus, bb.idx, ln, d->T, shift, bb.tokens, bb.targets);
-                    b.tokens = bb.tokens;
-                } else {
-                    dt_imageset_gather(&d->train, bb.idx, ln, bb.x, bb.targets);
-                    b.x = bb.x;
-                }
-                float l = dt_model_forward(m, acts, &b, NULL);
-                /* A Byzantine worker pushes only after corrupting its whole gradient. */
-                dt_model_backward(m, acts, &b, NULL, NULL, byz_me ? NULL : dt_ps_block_done, cl);
-                if (byz_me) byzantine_corrupt(c, m, rank, step + 1);
-                win += l;
-                wn++;
-            }
-            slow_prev = dt_now() - tcomp;
-            if ((st = dt_ps_push_end(cl))) break;
-            if (c->ckpt_dir && ((c->ckpt_every > 0 && (step + 1) % c->ckpt_every == 0) || step + 1 == total)) {
-                /* A consistent cut: the servers write their ranges; rank 0 the run's state. */
-                if ((st = dt_ps_checkpoint(cl, step + 1))) break;
-                if (lead) {
-                    dt_ckpt_state cs = pck.base;
-                    cs.step = step + 1;
-                    cs.epoch = sp.epoch;
-                    cs.index = sp.index;
-                    cs.optim_t = c->ps.mode == DT_PS_BSP ? step + 1 : (step + 1) * W;
-                    dt_ckpt_shard none = {0, NULL, NULL, NULL, false};
-                    if ((st = dt_ckpt_save_async(ckw, m, dummy, &none, NULL, &cs))) break;
-                }
-            }
-            if (lead && c->eval_every > 0 && (step + 1) % c->eval_every == 0 && step + 1 < total) {
-                /* Worker 0 evaluates the parameters it pulled this step (as fresh as
-                 * the consistency model lets a worker see them). */
-                float ea, el;
-                if (!eacts && (st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, 256))) break;
-                if (!self && (st = dt_comm_self(&self))) break;
-                if (!ebb.targets && (st = batch_buf_init(&ebb, m, 256, d->T))) break;
-                if ((st = evaluate(m, eacts, d, &ebb, d->lm ? 16 : 256, c->eval_max, self, NULL, 0, 1, true, &ea, &el))) break;
-                if (metrics) {
-                    if (d->lm) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f,\"time_s\":%.3f}\n", (long long)step + 1, (double)el, dt_now() - t0);
-                    else fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f,\"time_s\":%.3f}\n",
-                                 (long long)step + 1, (double)ea, (double)el, dt_now() - t0);
-                    fflush(metrics);
-                }
-            }
-            if (lead && ((step + 1) % c->log_every == 0 || step + 1 == total)) {
-                double now = dt_now();
-                float lw = wn ? (float)(win / wn) : NAN;
-                double ips = (double)((step + 1) % c->log_every ? (step + 1) % c->log_every : c->log_every) * B *
-                             (d->lm ? d->T : 1) / (now - tw);
-                if (metrics) {
-                    fprintf(metrics, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"items_per_s\":%.1f,\"time_s\":%.3f,\"workers\":%d,\"servers\":%d}\n",
-                            (long long)step + 1, (double)lw, (double)dt_lr_at(&sched, step), ips, now - t0, W, S);
-                    fflush(metrics);
-                }
-                if (!quiet) dt_log(DT_LOG_INFO, "step %lld/%lld loss %.4f (worker 0)", (long long)step + 1, (long long)total, (double)lw);
-                res->final_loss = lw;
-                win = 0;
-                wn = 0;
-                tw = now;
-            }
-        }
-        if (!st) st = dt_ps_finish(cl);
-    }
-    res->seconds = dt_now() - t0;
-    res->steps = total;
-    res->items_per_s = (double)total * B * (d->lm ? d->T : 1) / (res->seconds > 1e-9 ? res->seconds : 1e-9);
-    if (st) goto out;
-    if ((st = dt_allreduce_f64(world, hist, DT_PS_HIST))) goto out;
-    if ((st = dt_ps_gather_final(m, world, &c->ps))) goto out;
-    if (lead) {
-        int eB = d->lm ? 16 : 256;
-        batch_buf eb = {0};
-        dt_acts_destroy(eacts);
-        eacts = NULL;
-        dt_comm_destroy(self);
-        self = NULL;
-        if ((st = dt_acts_create(&eacts, m, 0, m->n_blocks - 1, eB))) goto out;
-        if ((st = batch_buf_init(&eb, m, eB, d->T))) {
-            batch_buf_free(&eb);
-            goto out;
-        }
-        if ((st = dt_comm_self(&self))) {
-            batch_buf_free(&eb);
-            goto out;
-        }
-        st = evaluate(m, eacts, d, &eb, eB, c->eval_max, self, NULL, 0, 1, true, &res->test_acc, &res->eval_loss);
-        batch_buf_free(&eb);
-        if (st) goto out;
-        if (metrics) {
-            if (d->lm) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f,\"time_s\":%.3f}\n", (long long)total, (double)res->eval_loss, res->seconds);
-            else fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f,\"time_s\":%.3f}\n", (long long)total,
-                         (double)res->test_acc, (double)res->eval_loss, res->seconds);
-            int maxs = 0;
-            for (int i = 0; i < DT_PS_HIST; i++)
-                if (hist[i] > 0) maxs = i;
-            fprintf(metrics, "{\"staleness\":true,\"consistency\":\"%s\",\"bound\":%d,\"max\":%d,\"hist\":[",
-                    c->ps.mode == DT_PS_BSP ? "bsp" : c->ps.mode == DT_PS_ASP ? "asp" : "ssp",
-                    c->ps.mode == DT_PS_SSP ? c->ps.staleness : (c->ps.mode == DT_PS_BSP ? 0 : -1), maxs);
-            for (int i = 0; i < DT_PS_HIST; i++) fprintf(metrics, "%s%.0f", i ? "," : "", hist[i]);
-            fprintf(metrics, "]}\n");
-        }
-        if (c->out_dir) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/model.safetensors", c->out_dir);
-            if ((st = dt_weights_save(m, path, 0, NULL))) goto out;
-        }
-    }
-out:
-    if (ckw) {
-        dt_status fs = dt_ckpt_flush(ckw);
-        if (!st) st = fs;
-    }
-    dt_ckpt_writer_destroy(ckw);
-    dt_optim_destroy(dummy);
-    dt_free(rM);
-    dt_free(rV);
-    if (metrics) fclose(metrics);
-    dt_ps_client_destroy(cl);
-    dt_acts_destroy(acts);
-    dt_acts_destroy(eacts);
-    batch_buf_free(&bb);
-    batch_buf_free(&ebb);
-    dt_sampler_free(&sp);
-    dt_comm_destroy(self);
-    return st;
-}
-
 /* ---- Byzantine-robust aggregation ------------------------------------------
  * Every worker's own mean gradient is gathered (an all-gather of D x P floats),
  * a rank told to misbehave (--inject byzantine) corrupts its own first, and
  * every rank computes the same robust aggregate into its gradient arena. */
-typedef struct agg_state {
-    dt_agg a;
-    float *vecs;      /* (D, P) */
-    float *scratch;
-} agg_state;
 
-static dt_status robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, agg_state *ag,
+
+dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, agg_state *ag,
                                   int64_t step) {
     int r = dt_comm_rank(dpc), D = dt_comm_size(dpc);
     size_t P = m->n;
-    byzantine_corrupt(c, m, r, step);
+    tr_byzantine_corrupt(c, m, r, step);
     memcpy(ag->vecs + (size_t)r * P, m->g, P * sizeof(float));
     dt_status st = dt_allgather(dpc, ag->vecs, (size_t)D * P, c->dp.algo);
     if (st) return st;
@@ -828,7 +427,7 @@ static dt_status robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *d
 }
 
 /* --inject byzantine: this rank replaces its gradient (m->g) by an attack. */
-static bool byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t step) {
+bool tr_byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t step) {
     size_t P = m->n;
     bool hit = false;
     for (int i = 0; i < c->n_inject; i++) {
@@ -955,7 +554,7 @@ static void *watchdog_main(void *arg) {
 }
 
 /* step >= 1: step started (progress); -1: stop watching. */
-static void watchdog_tick(int64_t step) {
+void tr_watchdog_tick(int64_t step) {
     pthread_mutex_lock(&g_wd_mu);
     g_wd_step = step;
     g_wd_last = dt_now();
@@ -1041,7 +640,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         }
     }
     if (c->strategy == DT_STRATEGY_PS) {
-        st = train_ps(c, &d, m, comm, res);
+        st = tr_train_ps(c, &d, m, comm, res);
         goto done;
     }
     if (c->strategy == DT_STRATEGY_HOGWILD) {
@@ -1049,7 +648,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             st = dt_errorf(DT_ERR_INVALID, "--strategy hogwild runs threads in one process: drop -n (or use -n 1)");
             goto done;
         }
-        st = train_hogwild(c, &d, m, res);
+        st = tr_train_hogwild(c, &d, m, res);
         goto done;
     }
     if (P > m->n_blocks) {
@@ -1072,7 +671,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                           : (local_max + c->accum - 1) / c->accum;
     if (micro_max < 1) micro_max = 1;
     int eB = d.lm ? (micro_max > 16 ? micro_max : 16) : 256;
-    if ((st = batch_buf_init(&bb, m, eB > local_max ? eB : local_max, d.T))) goto done;
+    if ((st = tr_batch_buf_init(&bb, m, eB > local_max ? eB : local_max, d.T))) goto done;
 
     dt_partition part;
     dt_dp_cfg dcfg = c->dp;
@@ -1199,9 +798,9 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             goto done;
     }
     if (lead && c->out_dir) {
-        if ((st = make_dir(c->out_dir))) goto done;
+        if ((st = tr_make_dir(c->out_dir))) goto done;
         snprintf(path, sizeof path, "%s/metrics.jsonl", c->out_dir);
-        if (start_step > 0) keep_metrics_upto(path, start_step);
+        if (start_step > 0) tr_keep_metrics_upto(path, start_step);
         metrics = fopen(path, start_step > 0 ? "a" : "w");
         if (!metrics) {
             st = dt_errorf(DT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
@@ -1238,13 +837,13 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         dt_log(DT_LOG_INFO, "resumed at step %lld of %lld", (long long)start_step, (long long)total);
     for (int64_t step = start_step; step < total; step++) {
         dt_comm_set_step(comm, step + 1);
-        watchdog_tick(step + 1);
-        inject_at_step(c, rank, step + 1);
+        tr_watchdog_tick(step + 1);
+        tr_inject_at_step(c, rank, step + 1);
         double tc0 = dt_now();
         /* --inject slow: this rank's compute takes factor times as long; the extra
          * time is spent before its gradients are ready, as on a slower machine. */
         double slept = dt_now();
-        inject_slow(c, rank, slow_prev);
+        tr_inject_slow(c, rank, slow_prev);
         slept = dt_now() - slept;
         int local_n, global_n;
         dt_sampler_next(&sampler, B, bb.idx, &local_n, &global_n);
@@ -1303,7 +902,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             }
             if ((st = dt_dp_end_backward(dp))) goto done;
         }
-        if (gathered && (st = robust_aggregate(c, m, dpc, &ag, step + 1))) goto done;
+        if (gathered && (st = tr_robust_aggregate(c, m, dpc, &ag, step + 1))) goto done;
         double tc1 = dt_now();
         float lr = dt_lr_at(&sched, step);
         if ((st = dt_dp_step(dp, lr, c->clip, NULL))) goto done;
@@ -1439,7 +1038,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         }
         if ((c->eval_every > 0 && (step + 1) % c->eval_every == 0) || last) {
             double te = dt_now();
-            if ((st = evaluate(m, eacts, &d, &bb, eB, c->eval_max, comm, pipe, replica, D,
+            if ((st = tr_evaluate(m, eacts, &d, &bb, eB, c->eval_max, comm, pipe, replica, D,
                                (!pipe || stage == P - 1) && tpr == 0, &acc, &eloss)))
                 goto done;
             if (trace) dt_trace_event(trace, "eval", DT_TRACE_COMPUTE, te, dt_now(), step + 1, -1);
@@ -1472,7 +1071,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     res->eval_loss = eloss;
     res->items_per_s = (double)all_items / (res->seconds > 1e-9 ? res->seconds : 1e-9);
     dt_dp_memory(dp, &res->mem);
-    watchdog_tick(-1);
+    tr_watchdog_tick(-1);
     if (pipe) {
         /* Every stage's schedule statistics, to rank 0. */
         dt_pipe_stats ps;
@@ -1544,7 +1143,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if (!quiet) dt_log(DT_LOG_INFO, "wrote the timeline %s (open it in https://ui.perfetto.dev)", c->trace);
     }
 done:
-    watchdog_tick(-1);
+    tr_watchdog_tick(-1);
     if (metrics && fclose(metrics) != 0 && !st)
         st = dt_errorf(DT_ERR_IO, "cannot finish writing metrics in %s: %s", c->out_dir, strerror(errno));
     dt_ckpt_writer_destroy(ckw);
@@ -1558,7 +1157,7 @@ done:
     dt_pipe_destroy(pipe);
     dt_trace_destroy(trace);
     dt_sampler_free(&sampler);
-    batch_buf_free(&bb);
+    tr_batch_buf_free(&bb);
     dt_dp_destroy(dp);
     dt_acts_destroy(acts);
     dt_acts_destroy(eacts);
@@ -1585,15 +1184,15 @@ dt_status dt_eval_run(const dt_train_cfg *c, const char *weights, dt_train_resul
     if ((st = dt_weights_load(m, weights))) goto done;
     int B = d.lm ? 16 : 256;
     if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, B))) goto done;
-    if ((st = batch_buf_init(&bb, m, B, d.T))) goto done;
+    if ((st = tr_batch_buf_init(&bb, m, B, d.T))) goto done;
     dt_comm *self = NULL;
     if ((st = dt_comm_self(&self))) goto done;
     double t0 = dt_now();
-    st = evaluate(m, acts, &d, &bb, B, c->eval_max, self, NULL, 0, 1, true, &res->test_acc, &res->eval_loss);
+    st = tr_evaluate(m, acts, &d, &bb, B, c->eval_max, self, NULL, 0, 1, true, &res->test_acc, &res->eval_loss);
     res->seconds = dt_now() - t0;
     dt_comm_destroy(self);
 done:
-    batch_buf_free(&bb);
+    tr_batch_buf_free(&bb);
     dt_acts_destroy(acts);
     dt_model_destroy(m);
     run_data_free(&d);

@@ -1,0 +1,53 @@
+/* Private to src/train: what the synchronous loop (train.c), the
+ * parameter-server driver (train_ps.c) and the Hogwild! driver
+ * (train_hogwild.c) share. */
+#ifndef DTRAIN_TRAIN_INTERNAL_H
+#define DTRAIN_TRAIN_INTERNAL_H
+
+#include "dtrain/aggregate.h"
+#include "dtrain/data.h"
+#include "dtrain/parallel.h"
+#include "dtrain/pipeline.h"
+#include "dtrain/train.h"
+
+/* The run's data, whichever kind. */
+typedef struct run_data {
+    bool lm;
+    dt_imageset train, test;
+    dt_corpus corpus;
+    int T;
+    int64_t n_train;            /* samples (images) or windows */
+} run_data;
+
+/* Buffers for one batch of either kind. */
+typedef struct batch_buf {
+    int64_t *idx;
+    float *x;
+    int32_t *tokens, *targets;
+} batch_buf;
+
+typedef struct agg_state {
+    dt_agg a;
+    float *vecs;      /* (D, P) */
+    float *scratch;
+} agg_state;
+
+dt_status tr_batch_buf_init(batch_buf *b, const dt_model *m, int B, int T);
+void tr_batch_buf_free(batch_buf *b);
+dt_status tr_evaluate(const dt_model *m, dt_acts *a, const run_data *d, batch_buf *bb, int B,
+                      int eval_max, dt_comm *comm, dt_pipe *pipe, int share, int shares,
+                      bool counts, float *acc, float *loss);
+dt_status tr_make_dir(const char *dir);
+bool tr_first_attempt(void);
+void tr_inject_at_step(const dt_train_cfg *c, int rank, int64_t step);
+void tr_inject_slow(const dt_train_cfg *c, int rank, double compute_s);
+void tr_keep_metrics_upto(const char *path, int64_t step);
+void tr_watchdog_tick(int64_t step);
+bool tr_byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t step);
+dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, agg_state *ag, int64_t step);
+
+dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_comm *world,
+                      dt_train_result *res);
+dt_status tr_train_hogwild(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_train_result *res);
+
+#endif
