@@ -60,6 +60,7 @@ bool dt_comm_is_mpi(const dt_comm *c);
 
 /* Deadline of every wait, seconds (default 60; <= 0: wait forever). */
 void dt_comm_set_timeout(dt_comm *c, double seconds);
+double dt_comm_timeout(const dt_comm *c);
 /* Training step, reported in timeout messages. */
 void dt_comm_set_step(dt_comm *c, int64_t step);
 /* Largest segment (bytes) a pipelined algorithm moves at once (default 1 MiB);
@@ -88,9 +89,18 @@ dt_status dt_irecv(dt_comm *c, void *buf, size_t bytes, int peer, int tag, dt_re
  * line naming `what` (the operation), the step and the peer ranks (world
  * numbering) whose messages had not completed, and cancels what it can. */
 dt_status dt_waitall(dt_comm *c, dt_req *reqs, int n, const char *what);
+/* dt_waitall with its own deadline instead of the communicator's (<= 0: none). */
+dt_status dt_waitall_for(dt_comm *c, dt_req *reqs, int n, double seconds, const char *what);
 /* Non-blocking: *index = the first of reqs[0..n) (not already done) that has
- * completed, marked done; -1 when none has. MPI communicators only. */
+ * completed, marked done; -1 when none has. On an MPI error *index is the
+ * request whose test failed (so the caller knows the peer). MPI only. */
 dt_status dt_testany(dt_comm *c, dt_req *reqs, int n, int *index);
+/* Gives up the requests not done, for a peer that is gone: cancels receives,
+ * frees sends, marks them done. MPI may still read a freed send's buffer if the
+ * peer turns out to be alive and takes the message, so the caller keeps that
+ * buffer allocated. The communicator stays usable as long as nothing more is
+ * received from that peer. */
+void dt_cancel(dt_comm *c, dt_req *reqs, int n);
 dt_status dt_sendrecv(dt_comm *c, const void *sbuf, size_t sbytes, int dst, void *rbuf,
                       size_t rbytes, int src, int tag, const char *what);
 

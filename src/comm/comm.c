@@ -267,6 +267,7 @@ int dt_comm_world_rank(const dt_comm *c, int r) {
 }
 bool dt_comm_is_mpi(const dt_comm *c) { return c->is_mpi; }
 void dt_comm_set_timeout(dt_comm *c, double seconds) { c->timeout = seconds; }
+double dt_comm_timeout(const dt_comm *c) { return c->timeout; }
 void dt_comm_set_step(dt_comm *c, int64_t step) { c->step = step; }
 void dt_comm_set_max_segment(dt_comm *c, size_t bytes) { c->max_segment = bytes ? bytes : 1; }
 uint64_t dt_comm_bytes_sent(const dt_comm *c) { return c->bytes_sent; }
@@ -509,6 +510,10 @@ static void backoff(uint64_t waited_ns, uint64_t *sleep_ns) {
 }
 
 dt_status dt_waitall(dt_comm *c, dt_req *reqs, int n, const char *what) {
+    return dt_waitall_for(c, reqs, n, c->timeout, what);
+}
+
+dt_status dt_waitall_for(dt_comm *c, dt_req *reqs, int n, double seconds, const char *what) {
     if (n <= 0) return DT_OK;
     if (!c->is_mpi) {
         for (int i = 0; i < n; i++) {
@@ -537,7 +542,7 @@ dt_status dt_waitall(dt_comm *c, dt_req *reqs, int n, const char *what) {
         idx[m++] = i;
     }
     uint64_t t0 = dt_now_ns(), sleep_ns = SLEEP_MIN_NS;
-    uint64_t limit_ns = c->timeout > 0 ? (uint64_t)(c->timeout * 1e9) : UINT64_MAX;
+    uint64_t limit_ns = seconds > 0 ? (uint64_t)(seconds * 1e9) : UINT64_MAX;
     while (m > 0) {
         int flag = 0;
         int rc = MPI_Testall(m, mr, &flag, MPI_STATUSES_IGNORE);
@@ -579,7 +584,10 @@ dt_status dt_testany(dt_comm *c, dt_req *reqs, int n, int *index) {
         if (reqs[i].done) continue;
         int flag = 0;
         dt_status st = dt_mpi_check(c, MPI_Test(req_mpi(&reqs[i]), &flag, MPI_STATUS_IGNORE), "MPI_Test");
-        if (st) return st;
+        if (st) {
+            *index = i;
+            return st;
+        }
         if (flag) {
             reqs[i].done = true;
             *index = i;
@@ -587,6 +595,28 @@ dt_status dt_testany(dt_comm *c, dt_req *reqs, int n, int *index) {
         }
     }
     return DT_OK;
+}
+
+void dt_cancel(dt_comm *c, dt_req *reqs, int n) {
+    for (int i = 0; i < n; i++) {
+        if (reqs[i].done) continue;
+        if (c->is_mpi) {
+            MPI_Request *mr = req_mpi(&reqs[i]);
+            if (!reqs[i].is_send) MPI_Cancel(mr);
+            if (*mr != MPI_REQUEST_NULL) MPI_Request_free(mr);
+        } else if (reqs[i].impl) {
+            /* A posted self receive: unlink it from the mailbox's list. */
+            for (dt_self_recv **pp = &c->posted; *pp; pp = &(*pp)->next)
+                if (*pp == reqs[i].impl) {
+                    dt_self_recv *p = *pp;
+                    *pp = p->next;
+                    dt_free(p);
+                    break;
+                }
+        }
+        reqs[i].impl = NULL;
+        reqs[i].done = true;
+    }
 }
 
 dt_status dt_sendrecv(dt_comm *c, const void *sbuf, size_t sbytes, int dst, void *rbuf, size_t rbytes, int src,
