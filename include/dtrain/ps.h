@@ -19,7 +19,18 @@
  * as it arrives, scaled by 1/W (a full round of W pushes is one synchronous
  * step). The staleness of an applied gradient is the global clock when it is
  * applied minus the global clock of the parameters the worker had read; under
- * SSP:K it never exceeds K. */
+ * SSP:K it never exceeds K.
+ *
+ * Lost workers (ASP and SSP, cfg.liveness > 0): a server drops a worker whose
+ * connection fails, or who has been silent for cfg.liveness seconds while the
+ * server holds nothing of it (no pull waiting for the clock, no checkpoint
+ * barrier). The dropped worker leaves the global clock, the checkpoint barrier
+ * and the count of workers the server waits for, and the run goes on with the
+ * others; its shard of the data is no longer trained. Worker 0 cannot be
+ * dropped: it writes the run's outputs, so losing it fails the server with
+ * DT_ERR_TIMEOUT (and the supervisor restarts the job). Under BSP nothing is
+ * dropped: a missing worker stops every step, and the workers' deadlines end
+ * the job. */
 #ifndef DTRAIN_PS_H
 #define DTRAIN_PS_H
 
@@ -49,17 +60,23 @@ typedef struct dt_ps_cfg {
     int64_t start_clock;        /* resume: every worker starts at this clock */
     const float *M0, *V0;       /* resume: logical optimizer state (arena-indexed) or NULL */
     int64_t t0;                 /* resume: optimizer step count */
+    /* ASP/SSP: seconds a worker may be silent before it is dropped as lost; the
+     * workers then wait for a server up to the communicator's deadline plus
+     * this. <= 0: never drop (BSP ignores it). */
+    double liveness;
 } dt_ps_cfg;
 
 #define DT_PS_HIST 32           /* staleness histogram bins (the last collects the rest) */
 
 dt_status dt_ps_cfg_parse(const char *consistency, dt_ps_cfg *out); /* bsp | asp | ssp:K */
 
-/* Server: serves until every worker has finished. m->w holds the initial
- * parameters; on return the server's range holds the final ones. hist counts
- * applied gradients by staleness. */
+/* Server: serves until every worker has finished or been dropped, then tells
+ * the others which were dropped. m->w holds the initial parameters; on return
+ * the server's range holds the final ones. hist counts applied gradients by
+ * staleness. lost (W entries, or NULL): the clock at which each worker was
+ * dropped, -1 for the ones that finished. */
 dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const dt_optim_cfg *ocfg,
-                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST]);
+                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost);
 
 typedef struct dt_ps_client dt_ps_client;
 dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg);
@@ -73,11 +90,26 @@ dt_status dt_ps_push_end(dt_ps_client *c);
 /* Checkpoint barrier: tells the servers this worker has pushed everything before
  * `clock` and waits until they have checkpointed that consistent cut. */
 dt_status dt_ps_checkpoint(dt_ps_client *c, int64_t clock);
-/* Tells the servers this worker is done. */
+/* Tells the servers this worker is done and waits until every worker has
+ * finished or been dropped (the servers' farewell says which). */
 dt_status dt_ps_finish(dt_ps_client *c);
-/* After every worker finished: rank 0 (a worker) receives every range of the
- * final parameters into m->w (collective over the world: servers send). */
-dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg);
+/* After dt_ps_finish: W entries, the clock at which each worker was dropped
+ * (by any server), -1 for the ones that finished. Owned by the client. */
+const int64_t *dt_ps_client_lost(const dt_ps_client *c);
+/* After dt_ps_serve / dt_ps_finish: rank 0 (a worker) receives every range of
+ * the final parameters into m->w and the sum of the servers' staleness
+ * histograms into hist (servers send theirs; other workers return at once).
+ * Point-to-point between the servers and rank 0 only, so a lost worker does
+ * not stop it. */
+dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, uint64_t hist[DT_PS_HIST]);
+/* The end of a job that lost workers, which cannot end through MPI_Finalize
+ * (its barrier would wait for a dead rank), and whose launcher takes the job
+ * down as soon as one rank exits without it: rank 0 calls this once every
+ * output of the run is written, every other rank still there waits here (up to
+ * `deadline` seconds) before exiting, so nothing ends before the outputs are
+ * complete. Rank 0 sends to every rank, lost ones included (that message is
+ * never taken), and waits at most a second for its sends. */
+dt_status dt_ps_release(dt_comm *world, double deadline);
 
 #ifdef __cplusplus
 }

@@ -91,6 +91,11 @@ typedef struct dt_train_result {
     int64_t resumed_from;    /* step of the checkpoint resumed from, -1 if none */
     double ckpt_blocking_s;  /* time the step loop spent on checkpoint snapshots */
     double pp_idle_frac;     /* pipeline: largest idle fraction of any stage */
+    /* Parameter server (ASP/SSP): workers dropped as lost, known to every rank
+     * still there at the end. 0 normally; when > 0 the job cannot end through
+     * MPI_Finalize (its barrier would wait for the dead rank). */
+    int lost_workers;
+    char lost_desc[160];     /* "rank 2 at clock 19, ..." */
 } dt_train_result;
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);

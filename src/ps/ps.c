@@ -4,6 +4,9 @@
  *   worker -> server  TAG_REQ   header {type, clock, read_clock, 0}
  *   worker -> server  TAG_DATA  the range's gradient (after a PUSH header)
  *   server -> worker  TAG_REP   header {global clock, 0, 0, 0} then TAG_VAL the range's values
+ *   server -> worker  TAG_BYE   at the end: int64[W], the clock each dropped worker was lost at, -1 others
+ *   server -> rank 0  TAG_HIST, TAG_FINAL  the staleness histogram and the final range
+ *   rank 0 -> all     TAG_RELEASE  after a run that lost workers: the outputs are written
  * A worker has at most one request of each kind outstanding per server, and MPI
  * keeps the order of messages between two ranks with the same tag. */
 #include "dtrain/ps.h"
@@ -13,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { TAG_REQ = 0x5100, TAG_DATA, TAG_REP, TAG_VAL, TAG_FINAL, TAG_ACK };
+enum { TAG_REQ = 0x5100, TAG_DATA, TAG_REP, TAG_VAL, TAG_FINAL, TAG_ACK, TAG_BYE, TAG_HIST, TAG_RELEASE };
 enum { REQ_PULL = 1, REQ_PUSH = 2, REQ_DONE = 3, REQ_CKPT = 4 };
 
 typedef struct hdr {
@@ -53,7 +56,11 @@ typedef struct server {
     dt_model *m;
     dt_comm *c;
     dt_ps_cfg cfg;
-    int W;
+    int W, me, n_active;
+    dt_req *in_req;             /* per worker: the posted header receive */
+    hdr *in_hdr;
+    double *last;               /* per worker: dt_now() of the last message either way */
+    int64_t *lost;              /* per worker: clock when dropped, -1 */
     size_t lo, len;
     dt_optim *opt;
     const dt_lr_sched *sched;
@@ -123,6 +130,7 @@ static dt_status reply(server *sv, int w) {
     if (!st) st = dt_isend(sv->c, sv->outbuf[w], sv->len * sizeof(float), w, TAG_VAL, &sv->out_req[2 * w + 1]);
     if (!st) sv->out_busy[w] = true;
     sv->pending[w] = -1;
+    sv->last[w] = dt_now(); /* released: its silence counts from now */
     return st;
 }
 
@@ -172,14 +180,78 @@ static dt_status try_checkpoint(server *sv) {
         if (!st) st = dt_waitall(sv->c, &r, 1, "parameter server checkpoint");
         sv->ck_clock[w] = -1;
     }
+    /* Messages may have waited while the files were written: nobody's silence
+     * counts from before. */
+    double now = dt_now();
+    for (int w = 0; w < sv->W; w++) sv->last[w] = now;
     return st;
 }
 
-static dt_status on_push(server *sv, int w, const hdr *h) {
+/* Drops worker w (ASP/SSP): it leaves the clock, the checkpoint barrier and the
+ * workers the server waits for. What it had outstanding is given up; its reply
+ * buffer stays allocated (dt_cancel). Worker 0 cannot be dropped. */
+static dt_status drop_worker(server *sv, int w, const char *why) {
+    sv->lost[w] = sv->clock[w];
+    if (w == 0)
+        return dt_errorf(DT_ERR_TIMEOUT,
+                         "parameter server: worker 0 (rank 0, which writes the metrics, weights and checkpoints) is gone "
+                         "(%s) at clock %lld; the run cannot finish without it",
+                         why, (long long)sv->clock[0]);
+    dt_cancel(sv->c, &sv->in_req[w], 1);
+    if (sv->out_busy[w]) {
+        dt_cancel(sv->c, &sv->out_req[2 * w], 2);
+        sv->out_busy[w] = false;
+        sv->outbuf[w] = NULL; /* MPI may still hold it: never freed */
+    }
+    sv->active[w] = false;
+    sv->pending[w] = -1;
+    sv->ck_clock[w] = -1;
+    sv->n_active--;
+    int left = 0;
+    for (int k = 0; k < sv->W; k++) left += sv->lost[k] < 0;
+    if (sv->me == 0)
+        dt_log(DT_LOG_WARN, "parameter server: worker rank %d is lost (%s); its last clock was %lld; going on with %d of %d workers",
+               dt_comm_world_rank(sv->c, w), why, (long long)sv->clock[w], left, sv->W);
+    return try_checkpoint(sv);
+}
+
+/* Receives the gradient that follows a PUSH header. With a liveness limit a
+ * worker that dies between header and data is dropped (*gone) instead of
+ * failing the server. */
+static dt_status recv_push(server *sv, int w, bool *gone) {
     dt_req r;
+    *gone = false;
     dt_status st = dt_irecv(sv->c, sv->gin, sv->len * sizeof(float), w, TAG_DATA, &r);
-    if (!st) st = dt_waitall(sv->c, &r, 1, "parameter server push");
     if (st) return st;
+    if (sv->cfg.liveness <= 0) return dt_waitall(sv->c, &r, 1, "parameter server push");
+    double t0 = dt_now();
+    uint64_t ns = 2000;
+    for (;;) {
+        int k;
+        if ((st = dt_testany(sv->c, &r, 1, &k))) {
+            char why[320];
+            snprintf(why, sizeof why, "its push failed: %s", dt_error_msg());
+            dt_cancel(sv->c, &r, 1);
+            *gone = true;
+            return drop_worker(sv, w, why);
+        }
+        if (k == 0) return DT_OK;
+        if (dt_now() - t0 > sv->cfg.liveness) {
+            char why[128];
+            snprintf(why, sizeof why, "its push stopped halfway for %.1f s", dt_now() - t0);
+            dt_cancel(sv->c, &r, 1);
+            *gone = true;
+            return drop_worker(sv, w, why);
+        }
+        nap(&ns);
+    }
+}
+
+static dt_status on_push(server *sv, int w, const hdr *h) {
+    bool gone;
+    dt_status st = recv_push(sv, w, &gone);
+    if (st || gone) return st;
+    sv->last[w] = dt_now();
     if (sv->cfg.mode == DT_PS_BSP) {
         /* Workers cannot run ahead under BSP, so every push is for bsp_clock. */
         if (h->clock != sv->bsp_clock || sv->bsp_got[w])
@@ -199,14 +271,48 @@ static dt_status on_push(server *sv, int w, const hdr *h) {
     return DT_OK;
 }
 
+/* ASP/SSP: drops the workers silent past the liveness limit while the server
+ * holds nothing of theirs (a held worker is waiting for the server, not gone). */
+static dt_status check_liveness(server *sv) {
+    if (sv->cfg.liveness <= 0) return DT_OK;
+    double now = dt_now();
+    dt_status st = DT_OK;
+    for (int w = 0; w < sv->W && !st; w++) {
+        if (!sv->active[w] || sv->pending[w] >= 0 || sv->ck_clock[w] >= 0) continue;
+        if (now - sv->last[w] <= sv->cfg.liveness) continue;
+        char why[128];
+        snprintf(why, sizeof why, "silent for %.1f s, past the liveness limit of %.1f s", now - sv->last[w],
+                 sv->cfg.liveness);
+        st = drop_worker(sv, w, why);
+    }
+    return st;
+}
+
+/* Tells every worker still there which were dropped (the lost ones are not
+ * waiting for it). */
+static dt_status say_goodbye(server *sv) {
+    dt_req *r = dt_calloc((size_t)sv->W, sizeof(dt_req));
+    if (!r) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    dt_status st = DT_OK;
+    int n = 0;
+    for (int w = 0; w < sv->W && !st; w++)
+        if (sv->lost[w] < 0) st = dt_isend(sv->c, sv->lost, (size_t)sv->W * sizeof(int64_t), w, TAG_BYE, &r[n++]);
+    if (!st) st = dt_waitall(sv->c, r, n, "parameter server farewell");
+    dt_free(r);
+    return st;
+}
+
 dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const dt_optim_cfg *ocfg,
-                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST]) {
+                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost) {
     int N = dt_comm_size(world), S = cfg->servers, W = N - S, me = dt_comm_rank(world) - W;
-    server sv = {.m = m, .c = world, .cfg = *cfg, .W = W, .sched = sched, .hist = hist};
+    server sv = {.m = m, .c = world, .cfg = *cfg, .W = W, .me = me, .sched = sched, .hist = hist};
+    if (cfg->mode == DT_PS_BSP) sv.cfg.liveness = 0;
     range_of(m->n, S, me, &sv.lo, &sv.len);
     memset(hist, 0, DT_PS_HIST * sizeof(uint64_t));
-    dt_req *in_req = dt_calloc((size_t)W, sizeof(dt_req));
-    hdr *in_hdr = dt_calloc((size_t)W, sizeof(hdr));
+    sv.in_req = dt_calloc((size_t)W, sizeof(dt_req));
+    sv.in_hdr = dt_calloc((size_t)W, sizeof(hdr));
+    sv.last = dt_calloc((size_t)W, sizeof(double));
+    sv.lost = dt_calloc((size_t)W, sizeof(int64_t));
     sv.clock = dt_calloc((size_t)W, sizeof(int64_t));
     sv.active = dt_calloc((size_t)W, sizeof(bool));
     sv.pending = dt_calloc((size_t)W, sizeof(int64_t));
@@ -218,8 +324,8 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
     sv.bsp_got = dt_calloc((size_t)W, sizeof(bool));
     sv.ck_clock = dt_calloc((size_t)W, sizeof(int64_t));
     dt_status st = DT_OK;
-    if (!in_req || !in_hdr || !sv.clock || !sv.active || !sv.pending || !sv.outbuf || !sv.out_req ||
-        !sv.out_busy || !sv.out_hdr || !sv.gin || !sv.bsp_got || !sv.ck_clock) {
+    if (!sv.in_req || !sv.in_hdr || !sv.last || !sv.lost || !sv.clock || !sv.active || !sv.pending || !sv.outbuf ||
+        !sv.out_req || !sv.out_busy || !sv.out_hdr || !sv.gin || !sv.bsp_got || !sv.ck_clock) {
         st = dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
         goto out;
     }
@@ -239,51 +345,66 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
     if (cfg->M0 && sv.opt->m) memcpy(sv.opt->m, cfg->M0 + sv.lo, sv.len * sizeof(float));
     if (cfg->V0 && sv.opt->v) memcpy(sv.opt->v, cfg->V0 + sv.lo, sv.len * sizeof(float));
     if (cfg->start_clock > 0) sv.opt->t = cfg->t0;
+    double now = dt_now();
     for (int w = 0; w < W && !st; w++) {
         sv.active[w] = true;
         sv.pending[w] = -1;
         sv.ck_clock[w] = -1;
+        sv.lost[w] = -1;
+        sv.last[w] = now;
         sv.clock[w] = cfg->start_clock;
         if (!(sv.outbuf[w] = dt_alloc_floats(sv.len))) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
-        if (!st) st = dt_irecv(world, &in_hdr[w], sizeof(hdr), w, TAG_REQ, &in_req[w]);
+        if (!st) st = dt_irecv(world, &sv.in_hdr[w], sizeof(hdr), w, TAG_REQ, &sv.in_req[w]);
     }
-    int n_active = W;
+    sv.n_active = W;
     uint64_t ns = 2000;
-    while (!st && n_active > 0) {
+    while (!st && sv.n_active > 0) {
         int k;
-        if ((st = dt_testany(world, in_req, W, &k))) break;
-        if (k < 0) {
-            nap(&ns);
-            continue;
+        if ((st = dt_testany(world, sv.in_req, W, &k))) {
+            /* A failed connection: under ASP/SSP that worker is lost. */
+            if (sv.cfg.liveness <= 0 || k < 0) break;
+            char why[320];
+            snprintf(why, sizeof why, "its connection failed: %s", dt_error_msg());
+            st = drop_worker(&sv, k, why);
+        } else if (k < 0) {
+            /* Nothing arrived: whoever is silent now is silent in fact. */
+            if ((st = check_liveness(&sv))) break;
+        } else {
+            ns = 2000;
+            hdr h = sv.in_hdr[k];
+            sv.last[k] = dt_now();
+            if (h.type == REQ_PUSH) st = on_push(&sv, k, &h);
+            else if (h.type == REQ_PULL) sv.pending[k] = h.clock;
+            else if (h.type == REQ_CKPT) {
+                sv.ck_clock[k] = h.clock;
+                st = try_checkpoint(&sv);
+            } else if (h.type == REQ_DONE) {
+                sv.active[k] = false;
+                sv.n_active--;
+                if (sv.cfg.mode == DT_PS_BSP) try_apply_bsp(&sv);
+            } else st = dt_errorf(DT_ERR_COMM, "parameter server: bad request type %lld from rank %d", (long long)h.type, k);
+            if (st) break;
+            if (sv.active[k]) st = dt_irecv(world, &sv.in_hdr[k], sizeof(hdr), k, TAG_REQ, &sv.in_req[k]);
         }
-        ns = 2000;
-        hdr h = in_hdr[k];
-        if (h.type == REQ_PUSH) st = on_push(&sv, k, &h);
-        else if (h.type == REQ_PULL) sv.pending[k] = h.clock;
-        else if (h.type == REQ_CKPT) {
-            sv.ck_clock[k] = h.clock;
-            st = try_checkpoint(&sv);
-        } else if (h.type == REQ_DONE) {
-            sv.active[k] = false;
-            n_active--;
-            if (sv.cfg.mode == DT_PS_BSP) try_apply_bsp(&sv);
-        } else st = dt_errorf(DT_ERR_COMM, "parameter server: bad request type %lld from rank %d", (long long)h.type, k);
-        if (st) break;
-        if (sv.active[k]) st = dt_irecv(world, &in_hdr[k], sizeof(hdr), k, TAG_REQ, &in_req[k]);
         /* Answer every pull whose condition now holds. */
         for (int w = 0; w < W && !st; w++)
             if (sv.pending[w] >= 0 && pull_ready(&sv, sv.pending[w])) st = reply(&sv, w);
+        if (k < 0 && !st) nap(&ns);
     }
     for (int w = 0; w < W && !st; w++)
         if (sv.out_busy[w]) {
             st = dt_waitall(world, &sv.out_req[2 * w], 2, "parameter server reply");
             sv.out_busy[w] = false;
         }
+    if (!st) st = say_goodbye(&sv);
+    if (!st && lost) memcpy(lost, sv.lost, (size_t)W * sizeof(int64_t));
 out:
     dt_optim_destroy(sv.opt);
     for (int w = 0; sv.outbuf && w < W; w++) dt_free(sv.outbuf[w]);
-    dt_free(in_req);
-    dt_free(in_hdr);
+    dt_free(sv.in_req);
+    dt_free(sv.in_hdr);
+    dt_free(sv.last);
+    dt_free(sv.lost);
     dt_free(sv.clock);
     dt_free(sv.active);
     dt_free(sv.pending);
@@ -314,6 +435,8 @@ struct dt_ps_client {
     bool *pushed;
     int next;                   /* ranges are pushed from the last down: next to push */
     dt_status err;
+    double deadline;            /* of every wait for a server (seconds, <= 0 none) */
+    int64_t *lost;              /* per worker, after dt_ps_finish: clock when dropped, -1 */
 };
 
 dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg) {
@@ -331,11 +454,17 @@ dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, c
     c->rep_hdr = dt_calloc((size_t)c->S, sizeof(hdr));
     c->push_req = dt_calloc((size_t)c->S * 2, sizeof(dt_req));
     c->pushed = dt_calloc((size_t)c->S, sizeof(bool));
-    if (!c->lo || !c->len || !c->read_clock || !c->push_hdr || !c->rep_hdr || !c->push_req || !c->pushed) {
+    c->lost = dt_calloc((size_t)c->W, sizeof(int64_t));
+    /* A server may hold a worker while it waits out a lost one's liveness limit:
+     * the deadline covers that on top of the usual one. */
+    c->deadline = dt_comm_timeout(world);
+    if (cfg->mode != DT_PS_BSP && cfg->liveness > 0 && c->deadline > 0) c->deadline += cfg->liveness;
+    if (!c->lo || !c->len || !c->read_clock || !c->push_hdr || !c->rep_hdr || !c->push_req || !c->pushed || !c->lost) {
         dt_ps_client_destroy(c);
         return dt_errorf(DT_ERR_NOMEM, "out of memory");
     }
     for (int s = 0; s < c->S; s++) range_of(m->n, c->S, s, &c->lo[s], &c->len[s]);
+    for (int w = 0; w < c->W; w++) c->lost[w] = -1;
     *out = c;
     return DT_OK;
 }
@@ -349,6 +478,7 @@ void dt_ps_client_destroy(dt_ps_client *c) {
     dt_free(c->rep_hdr);
     dt_free(c->push_req);
     dt_free(c->pushed);
+    dt_free(c->lost);
     dt_free(c);
 }
 
@@ -368,7 +498,7 @@ dt_status dt_ps_pull(dt_ps_client *c, int64_t clock) {
         if (!st) st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r[3 * s + 2]);
     }
     /* A pull may wait for slower workers (BSP/SSP): no deadline beyond the comm's. */
-    if (!st) st = dt_waitall(c->c, r, 3 * S, "parameter server pull");
+    if (!st) st = dt_waitall_for(c->c, r, 3 * S, c->deadline, "parameter server pull");
     for (int s = 0; s < S && !st; s++) c->read_clock[s] = c->rep_hdr[s].clock;
     dt_free(r);
     return st;
@@ -398,7 +528,7 @@ dt_status dt_ps_push_end(dt_ps_client *c) {
     dt_status st = c->err;
     for (int s = c->S - 1; s >= 0 && !st; s--)
         if (!c->pushed[s]) st = push_range(c, s);
-    if (!st) st = dt_waitall(c->c, c->push_req, 2 * c->S, "parameter server push");
+    if (!st) st = dt_waitall_for(c->c, c->push_req, 2 * c->S, c->deadline, "parameter server push");
     memset(c->m->g, 0, c->m->n * sizeof(float));
     return st;
 }
@@ -409,42 +539,97 @@ dt_status dt_ps_checkpoint(dt_ps_client *c, int64_t clock) {
     for (int s = 0; s < c->S && !st; s++) {
         dt_req r;
         st = dt_isend(c->c, &q, sizeof q, c->W + s, TAG_REQ, &r);
-        if (!st) st = dt_waitall(c->c, &r, 1, "parameter server checkpoint");
+        if (!st) st = dt_waitall_for(c->c, &r, 1, c->deadline, "parameter server checkpoint");
     }
     for (int s = 0; s < c->S && !st; s++) {
         hdr ack;
         dt_req r;
         st = dt_irecv(c->c, &ack, sizeof ack, c->W + s, TAG_ACK, &r);
-        if (!st) st = dt_waitall(c->c, &r, 1, "parameter server checkpoint");
+        if (!st) st = dt_waitall_for(c->c, &r, 1, c->deadline, "parameter server checkpoint");
     }
     return st;
 }
 
 dt_status dt_ps_finish(dt_ps_client *c) {
     c->pull_hdr = (hdr){REQ_DONE, c->clock, 0, 0};
+    int S = c->S, W = c->W;
     dt_status st = DT_OK;
-    for (int s = 0; s < c->S && !st; s++) {
+    for (int s = 0; s < S && !st; s++) {
         dt_req r;
-        st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), c->W + s, TAG_REQ, &r);
-        if (!st) st = dt_waitall(c->c, &r, 1, "parameter server finish");
+        st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r);
+        if (!st) st = dt_waitall_for(c->c, &r, 1, c->deadline, "parameter server finish");
+    }
+    if (st) return st;
+    /* The farewell comes when every worker has finished or been dropped. */
+    int64_t *bye = dt_calloc((size_t)S * (size_t)W, sizeof(int64_t));
+    dt_req *r = dt_calloc((size_t)S, sizeof(dt_req));
+    if (!bye || !r) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+    for (int s = 0; s < S && !st; s++)
+        st = dt_irecv(c->c, bye + (size_t)s * (size_t)W, (size_t)W * sizeof(int64_t), W + s, TAG_BYE, &r[s]);
+    if (!st) st = dt_waitall_for(c->c, r, S, c->deadline, "parameter server farewell (waiting for the other workers to finish)");
+    for (int s = 0; s < S && !st; s++)
+        for (int w = 0; w < W; w++) {
+            int64_t v = bye[(size_t)s * (size_t)W + (size_t)w];
+            if (v > c->lost[w]) c->lost[w] = v;
+        }
+    dt_free(bye);
+    dt_free(r);
+    return st;
+}
+
+const int64_t *dt_ps_client_lost(const dt_ps_client *c) { return c->lost; }
+
+dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, uint64_t hist[DT_PS_HIST]) {
+    int N = dt_comm_size(world), S = cfg->servers, W = N - S, me = dt_comm_rank(world);
+    dt_status st = DT_OK;
+    uint64_t h[DT_PS_HIST];
+    if (me == 0) memset(hist, 0, DT_PS_HIST * sizeof(uint64_t));
+    for (int s = 0; s < S && !st; s++) {
+        size_t lo, len;
+        range_of(m->n, S, s, &lo, &len);
+        dt_req r[2];
+        if (me == W + s) {
+            st = dt_isend(world, hist, DT_PS_HIST * sizeof(uint64_t), 0, TAG_HIST, &r[0]);
+            if (!st) st = dt_isend(world, m->w + lo, len * sizeof(float), 0, TAG_FINAL, &r[1]);
+            if (!st) st = dt_waitall(world, r, 2, "parameter server final gather");
+        } else if (me == 0) {
+            st = dt_irecv(world, h, sizeof h, W + s, TAG_HIST, &r[0]);
+            if (!st) st = dt_irecv(world, m->w + lo, len * sizeof(float), W + s, TAG_FINAL, &r[1]);
+            if (!st) st = dt_waitall(world, r, 2, "parameter server final gather");
+            for (int i = 0; i < DT_PS_HIST && !st; i++) hist[i] += h[i];
+        }
     }
     return st;
 }
 
-dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg) {
-    int N = dt_comm_size(world), S = cfg->servers, W = N - S, me = dt_comm_rank(world);
-    dt_status st = DT_OK;
-    for (int s = 0; s < S && !st; s++) {
-        size_t lo, len;
-        range_of(m->n, S, s, &lo, &len);
+dt_status dt_ps_release(dt_comm *world, double deadline) {
+    int N = dt_comm_size(world), me = dt_comm_rank(world);
+    static const int64_t token = 1;
+    if (me != 0) {
+        int64_t got;
         dt_req r;
-        if (me == W + s) {
-            st = dt_isend(world, m->w + lo, len * sizeof(float), 0, TAG_FINAL, &r);
-            if (!st) st = dt_waitall(world, &r, 1, "parameter server final gather");
-        } else if (me == 0) {
-            st = dt_irecv(world, m->w + lo, len * sizeof(float), W + s, TAG_FINAL, &r);
-            if (!st) st = dt_waitall(world, &r, 1, "parameter server final gather");
-        }
+        dt_status st = dt_irecv(world, &got, sizeof got, 0, TAG_RELEASE, &r);
+        if (!st) st = dt_waitall_for(world, &r, 1, deadline, "waiting for rank 0 to write the run's outputs");
+        return st;
     }
-    return st;
+    dt_req *r = dt_calloc((size_t)N, sizeof(dt_req));
+    if (!r) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    r[0].done = true;
+    for (int k = 1; k < N; k++)
+        if (dt_isend(world, &token, sizeof token, k, TAG_RELEASE, &r[k])) r[k].done = true; /* a lost rank */
+    /* Sends to lost ranks may never complete: give them a second, then go. */
+    double t0 = dt_now();
+    uint64_t ns = 2000;
+    for (;;) {
+        int k;
+        dt_status st = dt_testany(world, r, N, &k);
+        if (st && k >= 0) r[k].done = true;
+        bool all = true;
+        for (int i = 1; i < N; i++) all &= r[i].done;
+        if (all || dt_now() - t0 > 1.0) break;
+        if (k < 0) nap(&ns);
+    }
+    dt_cancel(world, r, N);
+    dt_free(r);
+    return DT_OK;
 }

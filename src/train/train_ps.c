@@ -48,13 +48,16 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
     dt_sampler sp = {0};
     dt_comm *self = NULL;
     FILE *metrics = NULL;
-    double hist[DT_PS_HIST] = {0};
+    uint64_t hist[DT_PS_HIST] = {0};
+    int64_t *lost = NULL;
     dt_ckpt_writer *ckw = NULL;
     dt_optim *dummy = NULL;
     float *rM = NULL, *rV = NULL;
     int64_t rt = 0;
     dt_status st = DT_OK;
     if (W < 1) return dt_errorf(DT_ERR_INVALID, "--servers %d leaves no worker among %d ranks", S, N);
+    if (!(lost = dt_calloc((size_t)W, sizeof(int64_t)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    for (int w = 0; w < W; w++) lost[w] = -1;
     if (lead && !quiet)
         dt_log(DT_LOG_INFO, "parameter server: %d server%s, %d worker%s, %s%s", S, S == 1 ? "" : "s", W, W == 1 ? "" : "s",
                c->ps.mode == DT_PS_BSP ? "BSP" : c->ps.mode == DT_PS_ASP ? "ASP" : "SSP", "");
@@ -62,7 +65,10 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
     /* Checkpoint writers: rank 0 (state, manifest) and the servers (ranges). */
     if (c->ckpt_dir) {
         int *wr = dt_calloc((size_t)S + 1, sizeof(int));
-        if (!wr) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+        if (!wr) {
+            st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+            goto out;
+        }
         wr[0] = 0;
         for (int s2 = 0; s2 < S; s2++) wr[s2 + 1] = W + s2;
         if (rank == 0 || rank >= W) st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, N, wr, S + 1, c->ckpt_keep, 10 * c->timeout);
@@ -109,8 +115,9 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
     }
     if (rank >= W) {
         /* A server: serve, then hand the final range to rank 0. */
-        uint64_t h[DT_PS_HIST];
         dt_ps_cfg pc = c->ps;
+        /* ASP/SSP: a worker silent for one deadline is lost (docs/FAULT_TOLERANCE.md). */
+        pc.liveness = c->ps.mode == DT_PS_BSP ? 0 : c->timeout;
         pc.agg = c->agg;
         if ((st = dt_agg_check(&pc.agg, W))) goto out;
         if (c->ckpt_dir) {
@@ -123,11 +130,12 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         /* The server's own update count: one per step under BSP, one per push otherwise. */
         pc.t0 = c->ps.mode == DT_PS_BSP ? start : start * W;
         (void)rt;
-        st = dt_ps_serve(m, world, &pc, &c->optim, &sched, h);
-        for (int i = 0; i < DT_PS_HIST; i++) hist[i] = (double)h[i];
+        st = dt_ps_serve(m, world, &pc, &c->optim, &sched, hist, lost);
     } else {
         int maxB = (B + W - 1) / W;
-        if ((st = dt_ps_client_create(&cl, m, world, &c->ps))) goto out;
+        dt_ps_cfg pc = c->ps;
+        pc.liveness = c->ps.mode == DT_PS_BSP ? 0 : c->timeout;
+        if ((st = dt_ps_client_create(&cl, m, world, &pc))) goto out;
         if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, maxB))) goto out;
         if ((st = tr_batch_buf_init(&bb, m, maxB > 256 ? maxB : 256, d->T))) goto out;
         if ((st = dt_sampler_init(&sp, d->n_train, c->seed, true, false, rank, W))) goto out;
@@ -223,13 +231,21 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
             }
         }
         if (!st) st = dt_ps_finish(cl);
+        if (!st) memcpy(lost, dt_ps_client_lost(cl), (size_t)W * sizeof(int64_t));
     }
     res->seconds = dt_now() - t0;
     res->steps = total;
     res->items_per_s = (double)total * B * (d->lm ? d->T : 1) / (res->seconds > 1e-9 ? res->seconds : 1e-9);
     if (st) goto out;
-    if ((st = dt_allreduce_f64(world, hist, DT_PS_HIST))) goto out;
-    if ((st = dt_ps_gather_final(m, world, &c->ps))) goto out;
+    /* Every rank still here knows who was lost (the servers' farewell). */
+    for (int w = 0; w < W; w++) {
+        if (lost[w] < 0) continue;
+        size_t used = strlen(res->lost_desc);
+        snprintf(res->lost_desc + used, sizeof res->lost_desc - used, "%srank %d at clock %lld", res->lost_workers ? ", " : "",
+                 dt_comm_world_rank(world, w), (long long)lost[w]);
+        res->lost_workers++;
+    }
+    if ((st = dt_ps_gather_final(m, world, &c->ps, hist))) goto out;
     if (lead) {
         int eB = d->lm ? 16 : 256;
         batch_buf eb = {0};
@@ -259,7 +275,10 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
             fprintf(metrics, "{\"staleness\":true,\"consistency\":\"%s\",\"bound\":%d,\"max\":%d,\"hist\":[",
                     c->ps.mode == DT_PS_BSP ? "bsp" : c->ps.mode == DT_PS_ASP ? "asp" : "ssp",
                     c->ps.mode == DT_PS_SSP ? c->ps.staleness : (c->ps.mode == DT_PS_BSP ? 0 : -1), maxs);
-            for (int i = 0; i < DT_PS_HIST; i++) fprintf(metrics, "%s%.0f", i ? "," : "", hist[i]);
+            for (int i = 0; i < DT_PS_HIST; i++) fprintf(metrics, "%s%llu", i ? "," : "", (unsigned long long)hist[i]);
+            fprintf(metrics, "],\"lost_workers\":[");
+            for (int w = 0, k = 0; w < W; w++)
+                if (lost[w] >= 0) fprintf(metrics, "%s%d", k++ ? "," : "", dt_comm_world_rank(world, w));
             fprintf(metrics, "]}\n");
         }
         if (c->out_dir) {
@@ -277,6 +296,7 @@ out:
     dt_optim_destroy(dummy);
     dt_free(rM);
     dt_free(rV);
+    dt_free(lost);
     if (metrics) fclose(metrics);
     dt_ps_client_destroy(cl);
     dt_acts_destroy(acts);

@@ -4,14 +4,27 @@
  * testing), --allow-run-as-root when running as root, --bind-to none (the
  * ranks share cores with their communication threads), and one BLAS thread
  * per rank unless the user set OPENBLAS_NUM_THREADS or --threads. Under an
- * existing mpirun/srun, dtrain just runs as the rank it was given. */
+ * existing mpirun/srun, dtrain just runs as the rank it was given.
+ *
+ * A parameter-server run under ASP/SSP goes on without a worker that dies
+ * (src/ps/ps.c). Open MPI's mpirun would end the whole job at the first rank
+ * that dies, so for those runs it gets --mca orte_abort_on_non_zero_status 0
+ * and runs as our child rather than replacing us: the survivors end with
+ * _exit (MPI_Finalize would wait for the dead rank forever), mpirun then exits
+ * with the dead rank's status, and we turn that into 0 when rank 0 wrote
+ * "done" into the file named by DTRAIN_DONE_FILE, which it does only after every
+ * output of the run is on disk. */
 #include "launch.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#define DONE_ENV "DTRAIN_DONE_FILE"
 
 bool dt_under_mpi_launcher(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
@@ -36,6 +49,77 @@ int dt_launch_nproc(int argc, char **argv, int *n) {
         return 2;
     }
     *n = (int)x;
+    return 0;
+}
+
+/* --strategy ps with --consistency asp or ssp:K: the runs that outlive a worker. */
+static bool survives_lost_worker(int argc, char **argv) {
+    const char *strategy = flag_value(argc, argv, "--strategy", NULL);
+    const char *cons = flag_value(argc, argv, "--consistency", NULL);
+    return strategy && strcmp(strategy, "ps") == 0 && cons &&
+           (strcmp(cons, "asp") == 0 || strncmp(cons, "ssp:", 4) == 0);
+}
+
+void dt_launch_report_done(const char *lost_desc) {
+    const char *path = getenv(DONE_ENV);
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "dtrain: cannot write %s to tell the launcher the run completed: %s\n", path, strerror(errno));
+        return;
+    }
+    fprintf(f, "done\n%s\n", lost_desc ? lost_desc : "");
+    if (fclose(f) != 0) fprintf(stderr, "dtrain: cannot write %s: %s\n", path, strerror(errno));
+}
+
+static volatile sig_atomic_t g_mpirun = 0;
+
+static void forward_signal(int sig) {
+    if (g_mpirun > 0) kill((pid_t)g_mpirun, sig);
+}
+
+/* Runs mpirun (av) as a child and returns dtrain's exit code (see the top). */
+static int run_tolerant(const char **av, const char *done_path) {
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_signal;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "dtrain: cannot start mpirun: %s\n", strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+        execvp("mpirun", (char *const *)av);
+        fprintf(stderr, "dtrain: cannot run mpirun: %s; install openmpi-bin (scripts/install-deps.sh)\n", strerror(errno));
+        _exit(1);
+    }
+    g_mpirun = pid;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    g_mpirun = 0;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    char line[2][512] = {"", ""};
+    FILE *f = fopen(done_path, "r");
+    bool done = false;
+    if (f) {
+        done = fgets(line[0], sizeof line[0], f) && strcmp(line[0], "done\n") == 0;
+        if (done && fgets(line[1], sizeof line[1], f)) line[1][strcspn(line[1], "\n")] = '\0';
+        fclose(f);
+    }
+    unlink(done_path);
+    if (!done || code == 0) return code;
+    if (line[1][0])
+        fprintf(stderr, "dtrain: the run completed without the lost worker%s %s (mpirun's exit status %d came from %s)\n",
+                strchr(line[1], ',') ? "s" : "", line[1], code, strchr(line[1], ',') ? "them" : "it");
+    else
+        fprintf(stderr, "dtrain: the run completed; a rank ended badly afterwards (mpirun's exit status %d)\n", code);
     return 0;
 }
 
@@ -79,10 +163,33 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
     }
     av[k++] = "-x";
     av[k++] = "OPENBLAS_NUM_THREADS";
+    char done_path[4096] = "";
+    if (survives_lost_worker(argc - cmd_args_from, argv + cmd_args_from)) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(done_path, sizeof done_path, "%s/dtrain-done-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        int fd = mkstemp(done_path);
+        if (fd < 0) {
+            fprintf(stderr, "dtrain: cannot create %s (the run's completion marker): %s\n", done_path, strerror(errno));
+            free(av);
+            return 1;
+        }
+        close(fd);
+        setenv(DONE_ENV, done_path, 1);
+        av[k++] = "--mca";
+        av[k++] = "orte_abort_on_non_zero_status";
+        av[k++] = "0";
+        av[k++] = "-x";
+        av[k++] = DONE_ENV;
+    }
     av[k++] = self;
     for (int i = 1; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
     fflush(NULL);
+    if (done_path[0]) {
+        int code = run_tolerant(av, done_path);
+        free(av);
+        return code;
+    }
     execvp("mpirun", (char *const *)av);
     fprintf(stderr, "dtrain: cannot run mpirun to start %d ranks: %s; install openmpi-bin (scripts/install-deps.sh)\n",
             n, strerror(errno));

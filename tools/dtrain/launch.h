@@ -9,7 +9,15 @@ bool dt_under_mpi_launcher(void);
 int dt_launch_nproc(int argc, char **argv, int *n);
 /* If -n N > 1 (or --hostfile) and not already under a launcher, execs mpirun
  * (does not return on success). Returns -1 to carry on in this process, or an
- * exit code. argv[cmd_args_from..] are the command's flags. */
+ * exit code. argv[cmd_args_from..] are the command's flags.
+ * Parameter-server runs under ASP or SSP survive a lost worker: there mpirun
+ * runs as a child told not to end the job when one rank dies, and the exit
+ * code is 0 if rank 0 reported the run complete (dt_launch_report_done),
+ * otherwise mpirun's. */
 int dt_launch(int argc, char **argv, int cmd_args_from);
+/* Rank 0, at the very end of a run that completed: tells the launcher (if it
+ * asked, through DTRAIN_DONE_FILE) that every output is written, and which
+ * workers were lost ("" for none). */
+void dt_launch_report_done(const char *lost_desc);
 
 #endif

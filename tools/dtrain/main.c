@@ -163,7 +163,8 @@ static const char *train_help2 =
     "                       block times [uniform]\n"
     "  --recompute          keep only block inputs, recompute activations in backward\n"
     "  --pp-stage-cost-us U testing: each stage also sleeps U us per micro-batch forward, 2U backward\n"
-    "  --timeout SEC        deadline of every communication wait [60]\n"
+    "  --timeout SEC        deadline of every communication wait; under --strategy ps with asp or\n"
+    "                       ssp:K also how long a worker may be silent before it is dropped [60]\n"
     "  --inject SPEC        fault injection: crash:rank=R:step=S, hang:rank=R:step=S,\n"
     "                       slow:rank=R:factor=F, byzantine:rank=R:mode=signflip|random|scale:X\n"
     "                       (fires in the first attempt only)\n"
@@ -171,7 +172,8 @@ static const char *train_help2 =
     "  --strategy sync|localsgd:H|hogwild   local SGD: independent steps, parameters averaged\n"
     "                       every H; hogwild: --threads T threads share one model, no locks [sync]\n"
     "  --strategy ps --servers S --consistency bsp|asp|ssp:K   parameter server: the last S\n"
-    "                       ranks hold key ranges and the optimizer; workers push and pull\n"
+    "                       ranks hold key ranges and the optimizer; workers push and pull;\n"
+    "                       asp and ssp:K go on without a worker that dies (worker 0 excepted)\n"
     "  --aggregate mean|median|trimmed:B|krum:F[:M]   gather every worker's gradient and aggregate\n"
     "                       robustly (median: f < n/2; trimmed: f <= B, n > 2B; krum: n >= 2F+3)\n"
     "  --balance static|dynamic     dynamic: split each global batch by measured worker speed\n"
@@ -414,8 +416,10 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
                    100.0 * r.test_acc, r.items_per_s);
         if (size > 1 && c.cfg.strategy == DT_STRATEGY_PS) {
             const char *cons = c.cfg.ps.mode == DT_PS_BSP ? "BSP" : c.cfg.ps.mode == DT_PS_ASP ? "ASP" : "SSP";
-            printf(" on %d ranks (parameter server: %d server%s, %d worker%s, %s)", size, c.cfg.ps.servers,
+            printf(" on %d ranks (parameter server: %d server%s, %d worker%s, %s", size, c.cfg.ps.servers,
                    c.cfg.ps.servers == 1 ? "" : "s", size - c.cfg.ps.servers, size - c.cfg.ps.servers == 1 ? "" : "s", cons);
+            if (r.lost_workers) printf("; lost worker%s %s", r.lost_workers == 1 ? "" : "s", r.lost_desc);
+            printf(")");
         } else if (size > 1) {
             double ov = r.comm_s > 0 ? 1.0 - r.exposed_s / r.comm_s : 0;
             if (ov < 0) ov = 0;
@@ -425,6 +429,21 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
         }
         printf("\n");
         fflush(stdout);
+        if (c.cfg.strategy == DT_STRATEGY_PS) dt_launch_report_done(r.lost_desc);
+    }
+    if (r.lost_workers) {
+        /* A worker died: MPI_Finalize would wait for it forever, and the first
+         * rank to end without it makes mpirun take the job down. So rank 0
+         * (its outputs written, the launcher told) releases the others, and
+         * everyone ends without MPI_Finalize. */
+        fflush(NULL);
+        int code = 0;
+        if (dt_ps_release(world, 2.0 * c.cfg.timeout + 10.0)) {
+            fprintf(stderr, "%s: rank %d: %s\n", g_cmd, rank, dt_error_msg());
+            code = EXIT_TIMEOUT;
+        }
+        fflush(NULL);
+        _exit(code);
     }
     dt_comm_destroy(world);
     dt_comm_finalize();
