@@ -52,6 +52,13 @@ typedef struct dt_ckpt_shard {
     const size_t *arena_off, *len, *state_off;
     bool params_too;         /* also write the parameters of these runs, as slices
                               * named <param>@<offset> (parameter-server key ranges) */
+    /* Extra 1-D f32 tensors this rank writes under the given names (rank-private
+     * training state such as gradient compression's error-feedback residual);
+     * not part of the logical model, read back with dt_ckpt_read_extra. */
+    int n_extra;
+    const char *const *extra_name;
+    const float *const *extra_data;
+    const size_t *extra_len;
 } dt_ckpt_shard;
 
 /* ---- writing ---------------------------------------------------------------- */
@@ -88,6 +95,12 @@ dt_status dt_ckpt_find_latest(const char *dir, char *path, size_t n);
  * (arena-indexed, m->n floats each; either may be NULL when not wanted). Shapes
  * must match m. */
 dt_status dt_ckpt_load(const char *path, dt_model *m, float *M, float *V, dt_ckpt_state *state);
+/* Extra tensors (see dt_ckpt_shard): the one named `name` into out (n floats;
+ * its length must be n) -> *found = true; absent -> *found = false, DT_OK. */
+dt_status dt_ckpt_read_extra(const char *path, const char *name, float *out, size_t n, bool *found);
+/* The sum of every extra tensor whose name starts with prefix (each n floats)
+ * into out; *count gets how many there were. */
+dt_status dt_ckpt_sum_extra(const char *path, const char *prefix, float *out, size_t n, int *count);
 /* Prints what a checkpoint holds and verifies every checksum (dtrain inspect). */
 dt_status dt_ckpt_inspect(const char *path, FILE *out);
 

@@ -1,6 +1,5 @@
-/* dtrain gradient compressors behind one interface (issue 7, first part: the
- * codecs and error feedback; wiring into data parallelism, the parameter
- * server, checkpoints and the shaped-network bench comes next).
+/* dtrain gradient compressors behind one interface (the codecs and error
+ * feedback; the collectives that use them are in gradcomp.h).
  *
  *   fp16, bf16   cast (round to nearest even); decode back to fp32
  *   int8         QSGD-style: per segment of `segment` values a scale (max |x|)
@@ -9,6 +8,7 @@
  *                delta-encoded as LEB128 varints, values fp32 (or fp16)
  *   sign         1 bit per value plus one scale (mean |x|) per segment: the
  *                scaled sign
+ *   powersgd:R   low-rank; a collective, not a codec (gradcomp.h)
  * Every encoder reports the exact bytes it wrote (the bytes on the wire). */
 #ifndef DTRAIN_COMPRESS_H
 #define DTRAIN_COMPRESS_H
@@ -19,17 +19,21 @@
 extern "C" {
 #endif
 
-typedef enum { DT_COMP_NONE, DT_COMP_FP16, DT_COMP_BF16, DT_COMP_INT8, DT_COMP_TOPK, DT_COMP_SIGN, DT_COMP_COUNT } dt_comp_kind;
+typedef enum { DT_COMP_NONE, DT_COMP_FP16, DT_COMP_BF16, DT_COMP_INT8, DT_COMP_TOPK, DT_COMP_SIGN, DT_COMP_POWERSGD, DT_COMP_COUNT } dt_comp_kind;
 
 typedef struct dt_comp_cfg {
     dt_comp_kind kind;
     float ratio;           /* topk: fraction kept, (0, 1] */
     bool fp16_values;      /* topk: values as fp16 */
     size_t segment;        /* int8, sign: values per scale [256] */
+    int rank;              /* powersgd: rank of the approximation */
 } dt_comp_cfg;
 
-/* "none", "fp16", "bf16", "int8", "topk:0.01", "sign". */
+/* "none", "fp16", "bf16", "int8", "topk:0.01", "sign", "powersgd:4" (PowerSGD is
+ * not an elementwise codec: see gradcomp.h; encode/decode refuse it). */
 dt_status dt_comp_parse(const char *s, dt_comp_cfg *out);
+/* The --compress spelling of c ("topk:0.01"). */
+void dt_comp_name(const dt_comp_cfg *c, char *buf, size_t n);
 /* Largest encoding of n values (capacity to give dt_comp_encode). */
 size_t dt_comp_max_bytes(const dt_comp_cfg *c, size_t n);
 /* Encodes x[0..n) into out; returns the bytes written. rng: int8's stochastic rounding. */

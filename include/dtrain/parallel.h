@@ -24,6 +24,7 @@
 
 #include "dtrain/ckpt.h"
 #include "dtrain/comm.h"
+#include "dtrain/gradcomp.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 
@@ -40,6 +41,9 @@ typedef struct dt_dp_cfg {
     dt_comm *norm_comm;      /* also sum the gradient norm over this comm (pipeline stages); NULL: none */
     dt_comm *tp_comm;        /* tensor parallelism: sum the norm of sharded tensors over it, count
                               * replicated ones once (tp rank 0); NULL: none */
+    dt_gc_cfg comp;          /* gradient compression (comp.comp.kind DT_COMP_NONE: none); with
+                              * ZeRO-0 the buckets' all-reduce, with ZeRO-1/2 their
+                              * reduce-scatter is the compressed one (gradcomp.h) */
 } dt_dp_cfg;
 
 typedef struct dt_dp_mem {
@@ -55,6 +59,8 @@ typedef struct dt_dp_stats {
     double exposed_s;        /* time the step waited for communication (not overlapped) */
     double backward_s;       /* time in backward (for the overlap fraction) */
     uint64_t bytes_sent;
+    dt_gc_stats comp;        /* compression: time, raw and encoded bytes (zero when off) */
+    int compressed_steps;    /* steps whose gradients went compressed */
 } dt_dp_stats;
 
 typedef struct dt_dp dt_dp;
@@ -91,6 +97,8 @@ void dt_dp_shard(const dt_dp *dp, dt_ckpt_shard *out);
  * and V (either NULL when the optimizer has no such state) and the step count. */
 void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t);
 int dt_dp_n_buckets(const dt_dp *dp);
+/* The compression session (error-feedback residual, PowerSGD's Q), or NULL. */
+dt_gc *dt_dp_gc(dt_dp *dp);
 
 /* Optional timeline hook: called on the communication thread for each bucket
  * collective (and on the calling thread for all-gathers) with monotonic

@@ -96,6 +96,7 @@ typedef struct dt_train_result {
      * MPI_Finalize (its barrier would wait for the dead rank). */
     int lost_workers;
     char lost_desc[160];     /* "rank 2 at clock 19, ..." */
+    dt_gc_stats comp;        /* gradient compression, whole run, this rank */
 } dt_train_result;
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);

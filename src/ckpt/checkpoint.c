@@ -131,8 +131,23 @@ struct dt_ckpt_writer {
     int n_states;
     size_t *runs;              /* 3 * nruns: arena_off, len, state_off */
     int nruns;
+    int n_extra;               /* extra tensors (copies) */
+    char (*extra_name)[96];
+    float **extra_data;
+    size_t *extra_len;
     dt_ckpt_state state;
 };
+
+static void extras_free(dt_ckpt_writer *w) {
+    for (int i = 0; i < w->n_extra; i++) dt_free(w->extra_data[i]);
+    dt_free(w->extra_name);
+    dt_free(w->extra_data);
+    dt_free(w->extra_len);
+    w->extra_name = NULL;
+    w->extra_data = NULL;
+    w->extra_len = NULL;
+    w->n_extra = 0;
+}
 
 static dt_status add_tensor(dt_st_writer *sw, json_t *crcs, const char *name, int ndim,
                             const int64_t *shape, const float *data, size_t numel) {
@@ -193,6 +208,10 @@ static dt_status persist(dt_ckpt_writer *w) {
                 json_object_set_new(slices, nm, sl);
             }
         }
+    for (int i = 0; i < w->n_extra && !st; i++) {
+        int64_t shp[1] = {(int64_t)w->extra_len[i]};
+        st = add_tensor(sw, crcs, w->extra_name[i], 1, shp, w->extra_data[i], w->extra_len[i]);
+    }
     if (st) goto out;
     crc_text = json_dumps(crcs, JSON_COMPACT | JSON_SORT_KEYS);
     slice_text = json_dumps(slices, JSON_COMPACT | JSON_SORT_KEYS);
@@ -395,6 +414,7 @@ void dt_ckpt_writer_destroy(dt_ckpt_writer *w) {
     dt_free(w->st[0]);
     dt_free(w->st[1]);
     dt_free(w->runs);
+    extras_free(w);
     dt_free(w);
 }
 
@@ -456,6 +476,21 @@ dt_status dt_ckpt_save_async(dt_ckpt_writer *w, const dt_model *m, const dt_opti
         w->runs[3 * i + 2] = shard->state_off[i];
     }
     w->nruns = shard->n;
+    extras_free(w);
+    if (shard->n_extra > 0) {
+        w->extra_name = dt_calloc((size_t)shard->n_extra, sizeof *w->extra_name);
+        w->extra_data = dt_calloc((size_t)shard->n_extra, sizeof(float *));
+        w->extra_len = dt_calloc((size_t)shard->n_extra, sizeof(size_t));
+        if (!w->extra_name || !w->extra_data || !w->extra_len) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+        w->n_extra = shard->n_extra;
+        for (int i = 0; i < shard->n_extra; i++) {
+            snprintf(w->extra_name[i], sizeof w->extra_name[i], "%s", shard->extra_name[i]);
+            w->extra_len[i] = shard->extra_len[i];
+            w->extra_data[i] = dt_alloc_floats(shard->extra_len[i] ? shard->extra_len[i] : 1);
+            if (!w->extra_data[i]) return dt_errorf(DT_ERR_NOMEM, "out of memory for a checkpoint snapshot");
+            memcpy(w->extra_data[i], shard->extra_data[i], shard->extra_len[i] * sizeof(float));
+        }
+    }
     pthread_mutex_lock(&w->mu);
     w->pending = true;
     pthread_cond_broadcast(&w->cv);
@@ -796,6 +831,51 @@ out:
     dt_free(cover[0]);
     dt_free(cover[1]);
     dt_free(pcover);
+    files_free(&cf);
+    return st;
+}
+
+dt_status dt_ckpt_read_extra(const char *path, const char *name, float *out, size_t n, bool *found) {
+    ckpt_files cf;
+    dt_ckpt_state s;
+    *found = false;
+    dt_status st = open_ckpt(path, &s, &cf, NULL);
+    if (st) return st;
+    for (int fi = 0; fi < cf.n && !*found && !st; fi++) {
+        const dt_st_tensor *t = dt_st_find(cf.f[fi], name);
+        if (!t) continue;
+        if (t->numel != n)
+            st = dt_errorf(DT_ERR_SHAPE, "%s: '%s' holds %zu values, this run needs %zu", cf.names[fi], name, t->numel, n);
+        else if (!(st = dt_st_read_f32(cf.f[fi], t, out, n)))
+            *found = true;
+    }
+    files_free(&cf);
+    return st;
+}
+
+dt_status dt_ckpt_sum_extra(const char *path, const char *prefix, float *out, size_t n, int *count) {
+    ckpt_files cf;
+    dt_ckpt_state s;
+    *count = 0;
+    dt_status st = open_ckpt(path, &s, &cf, NULL);
+    if (st) return st;
+    float *tmp = dt_alloc_floats(n ? n : 1);
+    if (!tmp) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+    memset(out, 0, n * sizeof(float));
+    size_t pl = strlen(prefix);
+    for (int fi = 0; fi < cf.n && !st; fi++)
+        for (int i = 0; i < dt_st_count(cf.f[fi]) && !st; i++) {
+            const dt_st_tensor *t = dt_st_get(cf.f[fi], i);
+            if (strncmp(t->name, prefix, pl) != 0) continue;
+            if (t->numel != n) {
+                st = dt_errorf(DT_ERR_SHAPE, "%s: '%s' holds %zu values, this run needs %zu", cf.names[fi], t->name, t->numel, n);
+                break;
+            }
+            if ((st = dt_st_read_f32(cf.f[fi], t, tmp, n))) break;
+            for (size_t j = 0; j < n; j++) out[j] += tmp[j];
+            (*count)++;
+        }
+    dt_free(tmp);
     files_free(&cf);
     return st;
 }

@@ -4,6 +4,7 @@
 #include "compress_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,10 +23,24 @@ dt_status dt_comp_parse(const char *s, dt_comp_cfg *out) {
             return dt_errorf(DT_ERR_INVALID, "--compress %s: topk:RATIO needs 0 < RATIO <= 1", s);
         out->kind = DT_COMP_TOPK;
         out->ratio = (float)r;
+    } else if (strncmp(s, "powersgd:", 9) == 0) {
+        char *end;
+        long r = strtol(s + 9, &end, 10);
+        if (end == s + 9 || *end || r < 1 || r > 256)
+            return dt_errorf(DT_ERR_INVALID, "--compress %s: powersgd:RANK needs 1 <= RANK <= 256", s);
+        out->kind = DT_COMP_POWERSGD;
+        out->rank = (int)r;
     } else {
-        return dt_errorf(DT_ERR_INVALID, "--compress must be none, fp16, bf16, int8, topk:RATIO or sign, got '%s'", s);
+        return dt_errorf(DT_ERR_INVALID, "--compress must be none, fp16, bf16, int8, topk:RATIO, sign or powersgd:RANK, got '%s'", s);
     }
     return DT_OK;
+}
+
+void dt_comp_name(const dt_comp_cfg *c, char *buf, size_t n) {
+    static const char *names[] = {"none", "fp16", "bf16", "int8", "topk", "sign", "powersgd"};
+    if (c->kind == DT_COMP_TOPK) snprintf(buf, n, "topk:%g", (double)c->ratio);
+    else if (c->kind == DT_COMP_POWERSGD) snprintf(buf, n, "powersgd:%d", c->rank);
+    else snprintf(buf, n, "%s", c->kind < DT_COMP_COUNT ? names[c->kind] : "?");
 }
 
 size_t dt_comp_topk_k(const dt_comp_cfg *c, size_t n) {

@@ -56,6 +56,9 @@ struct dt_dp {
     size_t staging_peak;
     dt_dp_trace_fn trace;
     void *trace_ctx;
+    dt_gc *gc;                /* gradient compression, or NULL */
+    bool compress_now;        /* this backward's buckets go compressed (past the warm-up) */
+    uint64_t stream;          /* optimizer step count at begin_backward: rounding streams */
 };
 
 void dt_dp_cfg_default(dt_dp_cfg *c) {
@@ -66,6 +69,9 @@ void dt_dp_cfg_default(dt_dp_cfg *c) {
     c->first_block = c->last_block = -1;
     c->norm_comm = NULL;
     c->tp_comm = NULL;
+    memset(&c->comp, 0, sizeof c->comp);
+    c->comp.comp.kind = DT_COMP_NONE;
+    c->comp.error_feedback = -1;
 }
 
 /* ---- the collective of one bucket ------------------------------------------- */
@@ -107,10 +113,14 @@ static dt_status run_bucket(dt_dp *dp, int k) {
     size_t n = b->hi - b->lo;
     double t0 = dt_now();
     dt_status st;
-    if (dp->cfg.zero == 0) {
+    uint64_t stream = dp->stream * (uint64_t)dp->nb + (uint64_t)k;
+    if (dp->compress_now && dp->cfg.zero == 0) {
+        st = dt_gc_allreduce(dp->gc, dp->comm, dp->m->g, b->lo, b->hi, stream, dp->cfg.algo);
+    } else if (dp->cfg.zero == 0) {
         st = dt_allreduce(dp->comm, g, n, DT_OP_SUM, dp->cfg.algo);
     } else {
-        st = dt_reduce_scatter(dp->comm, g, n, DT_OP_SUM, dp->cfg.algo);
+        st = dp->compress_now ? dt_gc_reduce_scatter(dp->gc, dp->comm, dp->m->g, b->lo, b->hi, stream, dp->cfg.algo)
+                              : dt_reduce_scatter(dp->comm, g, n, DT_OP_SUM, dp->cfg.algo);
         if (!st && dp->cfg.zero == 2) {
             add_chunk(dp->gshard + b->state_off, dp->m->g + b->own_off, b->own_len);
             release_range(dp, b->lo, b->hi);
@@ -118,7 +128,10 @@ static dt_status run_bucket(dt_dp *dp, int k) {
     }
     double t1 = dt_now();
     dp->stats.comm_s += t1 - t0;
-    if (dp->trace) dp->trace(dp->trace_ctx, dp->cfg.zero ? "reduce_scatter" : "allreduce", k, t0, t1, dp->cfg.overlap);
+    if (dp->trace)
+        dp->trace(dp->trace_ctx, dp->compress_now ? (dp->cfg.zero ? "compressed_reduce_scatter" : "compressed_allreduce")
+                                                  : (dp->cfg.zero ? "reduce_scatter" : "allreduce"),
+                  k, t0, t1, dp->cfg.overlap);
     return st;
 }
 
@@ -247,6 +260,13 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
         dp->g_mapped = true;
         dp->g_map_bytes = bytes ? bytes : 1;
     }
+    if (dp->size > 1 && cfg->comp.comp.kind != DT_COMP_NONE) {
+        size_t maxb = 0;
+        for (int k = 0; k < dp->nb; k++)
+            if (dp->b[k].hi - dp->b[k].lo > maxb) maxb = dp->b[k].hi - dp->b[k].lo;
+        dt_gc_cfg gcfg = cfg->comp;
+        if ((st = dt_gc_create(&dp->gc, &gcfg, m, dp->rank, dp->size, maxb))) goto fail;
+    }
     if (dp->size > 1 && cfg->overlap) {
         if (pthread_create(&dp->thread, NULL, comm_thread, dp) != 0) {
             st = dt_errorf(DT_ERR_NOMEM, "cannot start the communication thread");
@@ -280,6 +300,7 @@ void dt_dp_destroy(dt_dp *dp) {
     pthread_mutex_destroy(&dp->mu);
     pthread_cond_destroy(&dp->cv);
     dt_optim_destroy(dp->opt);
+    dt_gc_destroy(dp->gc);
     dt_free(dp->gshard);
     dt_free(dp->b);
     dt_free(dp->block_bucket);
@@ -305,6 +326,8 @@ void dt_dp_begin_backward(dt_dp *dp, bool sync) {
         dp->deferred = false;
     }
     dp->sync = sync || dp->cfg.zero == 2;
+    dp->stream = (uint64_t)dp->opt->t;
+    dp->compress_now = dp->gc && dp->opt->t >= dp->cfg.comp.warmup;
     pthread_mutex_lock(&dp->mu);
     dp->launched = 0;
     dp->completed = 0;
@@ -448,6 +471,7 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
                 for (int k = 0; k < dp->nb; k++) dt_scale(m->g + dp->b[k].own_off, dp->b[k].own_len, f);
         }
     }
+    if (dp->compress_now) dp->stats.compressed_steps++;
     dt_optim_begin_step(dp->opt);
     for (int k = 0; k < dp->nb; k++) {
         const bucket *b = &dp->b[k];
@@ -489,6 +513,7 @@ void dt_dp_take_stats(dt_dp *dp, dt_dp_stats *s) {
     uint64_t total = dt_comm_bytes_sent(dp->comm);
     *s = dp->stats;
     s->bytes_sent = total - dp->bytes_mark;
+    if (dp->gc) dt_gc_take_stats(dp->gc, &s->comp);
     memset(&dp->stats, 0, sizeof dp->stats);
     dp->bytes_mark = total;
 }
@@ -501,6 +526,10 @@ void dt_dp_shard(const dt_dp *dp, dt_ckpt_shard *out) {
     out->len = dp->sh_len;
     out->state_off = dp->sh_state;
     out->params_too = false;
+    out->n_extra = 0;
+    out->extra_name = NULL;
+    out->extra_data = NULL;
+    out->extra_len = NULL;
 }
 
 void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t) {
@@ -513,6 +542,7 @@ void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t)
     o->t = t;
 }
 int dt_dp_n_buckets(const dt_dp *dp) { return dp->nb; }
+dt_gc *dt_dp_gc(dt_dp *dp) { return dp->gc; }
 
 void dt_dp_set_trace(dt_dp *dp, dt_dp_trace_fn fn, void *ctx) {
     dp->trace = fn;

@@ -119,6 +119,14 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->pp > 1 && c->accum > 1)
         return dt_errorf(DT_ERR_INVALID, "--accum is for data parallelism alone; with --pp use --micro-batches");
     if (c->ckpt_keep < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-keep must be >= 0");
+    if (c->dp.comp.comp.kind != DT_COMP_NONE) {
+        if (c->pp > 1 || c->tp > 1 || c->strategy == DT_STRATEGY_LOCALSGD || c->strategy == DT_STRATEGY_HOGWILD ||
+            c->agg.kind != DT_AGG_NONE || byz || c->balance_dynamic)
+            return dt_errorf(DT_ERR_INVALID, "--compress applies to synchronous data parallelism (any --zero) and the parameter server: drop --pp, --tp, --strategy localsgd|hogwild, --aggregate, --balance and byzantine injection");
+        if (c->strategy == DT_STRATEGY_PS && c->dp.comp.comp.kind == DT_COMP_POWERSGD)
+            return dt_errorf(DT_ERR_INVALID, "--compress powersgd needs an all-reduce between workers; with the parameter server use fp16, bf16, int8, topk:RATIO or sign");
+    }
+    if (c->dp.comp.warmup < 0) return dt_errorf(DT_ERR_INVALID, "--compress-warmup must be >= 0");
     if ((c->ckpt_every > 0 || (c->resume && strcmp(c->resume, "auto") == 0)) && !c->ckpt_dir)
         return dt_errorf(DT_ERR_INVALID, "--ckpt-every and --resume auto need --ckpt-dir DIR");
     return DT_OK;
@@ -453,8 +461,41 @@ bool tr_byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t ste
  * Every rank reads the checkpoint (a shared file system for multi-host jobs),
  * takes the full logical parameters and its own shard of the optimizer state:
  * any layout resumes any checkpoint. */
+/* Gradient compression's state: every data-parallel rank's error-feedback
+ * residual (compress.error.<replica>) and PowerSGD's Q (compress.powersgd_q).
+ * On the layout that wrote them each rank takes its own residual; on another
+ * number of replicas each takes an equal share of their sum, which keeps the
+ * total of what is still owed to the model. */
+static dt_status resume_compression(const char *path, const dt_ckpt_state *s, dt_dp *dp, int replica, int D,
+                                    size_t n, bool lead) {
+    dt_gc *gc = dt_dp_gc(dp);
+    if (!gc) return DT_OK;
+    dt_status st = DT_OK;
+    float *e = dt_gc_error(gc);
+    if (e) {
+        char name[64];
+        snprintf(name, sizeof name, "compress.error.%d", replica);
+        bool found = false;
+        if (s->dp == D && (st = dt_ckpt_read_extra(path, name, e, n, &found))) return st;
+        if (!found) {
+            int count = 0;
+            if ((st = dt_ckpt_sum_extra(path, "compress.error.", e, n, &count))) return st;
+            if (count) dt_scale(e, n, 1.0f / (float)D);
+            if (lead && count)
+                dt_log(DT_LOG_INFO, "error-feedback residuals of %d replicas shared out over %d", count, D);
+        }
+    }
+    size_t nq;
+    float *q = dt_gc_powersgd_q(gc, &nq);
+    if (q && nq) {
+        bool found = false;
+        if ((st = dt_ckpt_read_extra(path, "compress.powersgd_q", q, nq, &found))) return st;
+    }
+    return DT_OK;
+}
+
 static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full, dt_dp *dp, int64_t pos[2],
-                             int64_t *start_step, bool lead) {
+                             int64_t *start_step, bool lead, int replica, int D) {
     char path[4096];
     dt_status st;
     if (strcmp(c->resume, "auto") == 0) {
@@ -499,6 +540,7 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full,
     if (!st && s.seed != c->seed)
         st = dt_errorf(DT_ERR_INVALID, "%s was written with --seed %llu, not %llu; resume with the same seed",
                        path, (unsigned long long)s.seed, (unsigned long long)c->seed);
+    if (!st) st = resume_compression(path, &s, dp, replica, D, m->n, lead);
     if (!st) {
         dt_dp_set_optim_state(dp, s.n_states >= 1 ? M : NULL, s.n_states >= 2 ? V : NULL, s.optim_t);
         pos[0] = s.epoch;
@@ -723,12 +765,13 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
      * count once). */
     dcfg.norm_comm = P > 1 ? ppc : NULL;
     dcfg.tp_comm = TP > 1 ? tpc : NULL;
+    dcfg.comp.seed = c->seed;
     if ((st = dt_dp_create(&dp, m, dpc, &dcfg, &c->optim))) goto done;
     if ((st = dt_dp_broadcast_params(dp))) goto done;
     if (P > 1 && (st = dt_pipe_create(&pipe, m, ppc, &part, &c->pipe, micro_max))) goto done;
     int64_t start_step = 0;
     res->resumed_from = -1;
-    if (c->resume && (st = resume_from(c, m, TP > 1 ? full : NULL, dp, sampler_pos, &start_step, lead))) goto done;
+    if (c->resume && (st = resume_from(c, m, TP > 1 ? full : NULL, dp, sampler_pos, &start_step, lead, replica, D))) goto done;
     if (start_step > 0) res->resumed_from = start_step;
 
     bool byz = false;
@@ -771,6 +814,8 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
      * optimizer state is written by every rank under ZeRO-1/2 (each holds a
      * different shard), by replica 0 of each stage under ZeRO-0. */
     int n_writers = 0;
+    /* Error-feedback residuals are per rank: every replica writes its own. */
+    bool ef_ckpt = dt_dp_gc(dp) && dt_gc_error(dt_dp_gc(dp));
     if (c->ckpt_dir) {
         writers = dt_calloc((size_t)world, sizeof(int));
         pmask = dt_calloc((size_t)m->n_params + 1, sizeof(bool));
@@ -781,7 +826,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         /* With tensor parallelism the shards are gathered into logical tensors
          * and rank 0 writes them all. */
         for (int r = 0; r < world; r++)
-            if (TP > 1 ? r == 0 : (c->dp.zero || (r / TP) % D == 0)) writers[n_writers++] = r;
+            if (TP > 1 ? r == 0 : (c->dp.zero || ef_ckpt || (r / TP) % D == 0)) writers[n_writers++] = r;
         for (int i = 0; i < m->n_params; i++)
             pmask[i] = TP > 1 ? rank == 0 : (replica == 0 && smask[i]);
         if (TP > 1) {
@@ -934,6 +979,32 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             snprintf(cs.config, sizeof cs.config, "%s", c->config_json ? c->config_json : "{}");
             dt_ckpt_shard shard;
             dt_dp_shard(dp, &shard);
+            /* Compression state as extra tensors; under ZeRO-0 only replica 0
+             * writes optimizer state (the others hold the same copy). */
+            char ef_name[64];
+            const char *xname[2];
+            const float *xdata[2];
+            size_t xlen[2];
+            dt_gc *gc = dt_dp_gc(dp);
+            if (gc) {
+                if (dt_gc_error(gc)) {
+                    snprintf(ef_name, sizeof ef_name, "compress.error.%d", replica);
+                    xname[shard.n_extra] = ef_name;
+                    xdata[shard.n_extra] = dt_gc_error(gc);
+                    xlen[shard.n_extra++] = m->n;
+                }
+                size_t nq;
+                const float *q = dt_gc_powersgd_q(gc, &nq);
+                if (q && nq && replica == 0) {
+                    xname[shard.n_extra] = "compress.powersgd_q";
+                    xdata[shard.n_extra] = q;
+                    xlen[shard.n_extra++] = nq;
+                }
+                shard.extra_name = xname;
+                shard.extra_data = xdata;
+                shard.extra_len = xlen;
+                if (!c->dp.zero && replica != 0) shard.n = 0;
+            }
             double ts = dt_now();
             if (TP > 1) {
                 /* Gather logical parameters and optimizer state to rank 0, which writes them. */
@@ -955,7 +1026,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                     fo.m = o->m ? gbuf[2] : NULL;
                     fo.v = o->v ? gbuf[3] : NULL;
                     size_t zero_off = 0, all = full->n;
-                    dt_ckpt_shard one = {1, &zero_off, &all, &zero_off, false};
+                    dt_ckpt_shard one = {.n = 1, .arena_off = &zero_off, .len = &all, .state_off = &zero_off};
                     if ((st = dt_ckpt_save_async(ckw, full, &fo, &one, pmask, &cs))) goto done;
                 }
             } else if ((st = dt_ckpt_save_async(ckw, m, dt_dp_optim(dp), &shard, pmask, &cs))) {
@@ -992,6 +1063,14 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         win_stats.exposed_s += ss.exposed_s;
         win_stats.backward_s += ss.backward_s;
         win_stats.bytes_sent += ss.bytes_sent;
+        win_stats.comp.encode_s += ss.comp.encode_s;
+        win_stats.comp.decode_s += ss.comp.decode_s;
+        win_stats.comp.raw_bytes += ss.comp.raw_bytes;
+        win_stats.comp.payload_bytes += ss.comp.payload_bytes;
+        res->comp.encode_s += ss.comp.encode_s;
+        res->comp.decode_s += ss.comp.decode_s;
+        res->comp.raw_bytes += ss.comp.raw_bytes;
+        res->comp.payload_bytes += ss.comp.payload_bytes;
         res->comm_s += ss.comm_s;
         res->exposed_s += ss.exposed_s;
         res->backward_s += ss.backward_s;
@@ -1008,14 +1087,25 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             double ips = win_items / (now - t_win > 1e-9 ? now - t_win : 1e-9);
             double eta = (double)(total - step - 1) * (now - t0) / (double)(step + 1);
             res->final_loss = (float)(win_loss / (double)win_steps);
+            char comp[256] = "";
+            if (dt_dp_gc(dp)) {
+                /* Compression: the codec, raw / encoded bytes of this rank's
+                 * contributions, its time per step (0 during the warm-up). */
+                char nm[48];
+                dt_comp_name(&c->dp.comp.comp, nm, sizeof nm);
+                const dt_gc_stats *g = &win_stats.comp;
+                snprintf(comp, sizeof comp, ",\"compress\":\"%s\",\"compress_ratio\":%.2f,\"encode_s\":%.5f,\"decode_s\":%.5f",
+                         nm, g->payload_bytes ? (double)g->raw_bytes / (double)g->payload_bytes : 1.0,
+                         g->encode_s / (double)win_steps, g->decode_s / (double)win_steps);
+            }
             if (metrics)
                 fprintf(metrics,
                         "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"items_per_s\":%.1f,\"time_s\":%.3f,"
-                        "\"compute_s\":%.5f,\"comm_exposed_s\":%.5f,\"comm_s\":%.5f,\"bytes_sent\":%llu,\"ranks\":%d}\n",
+                        "\"compute_s\":%.5f,\"comm_exposed_s\":%.5f,\"comm_s\":%.5f,\"bytes_sent\":%llu%s,\"ranks\":%d}\n",
                         (long long)step + 1, (long long)sampler.epoch, (double)res->final_loss,
                         (double)lr, ips, now - t0, win_compute / (double)win_steps,
                         win_stats.exposed_s / (double)win_steps, win_stats.comm_s / (double)win_steps,
-                        (unsigned long long)(win_stats.bytes_sent / (uint64_t)win_steps), world);
+                        (unsigned long long)(win_stats.bytes_sent / (uint64_t)win_steps), comp, world);
             if (metrics) fflush(metrics);
             if (!quiet) {
                 char eta_s[32];

@@ -25,7 +25,7 @@ static dt_status ps_server_ckpt(void *ctx, int64_t clock, size_t lo, size_t len,
     cs.step = clock;
     cs.optim_t = opt->t;
     size_t zero = 0;
-    dt_ckpt_shard sh = {1, &lo, &len, &zero, true};
+    dt_ckpt_shard sh = {.n = 1, .arena_off = &lo, .len = &len, .state_off = &zero, .params_too = true};
     dt_status st = dt_ckpt_save_async(pc->w, pc->m, opt, &sh, NULL, &cs);
     /* Synchronous for the server: the range changes as soon as the workers go on. */
     if (!st) st = dt_ckpt_flush(pc->w);
@@ -194,7 +194,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
                     cs.epoch = sp.epoch;
                     cs.index = sp.index;
                     cs.optim_t = c->ps.mode == DT_PS_BSP ? step + 1 : (step + 1) * W;
-                    dt_ckpt_shard none = {0, NULL, NULL, NULL, false};
+                    dt_ckpt_shard none = {.n = 0};
                     if ((st = dt_ckpt_save_async(ckw, m, dummy, &none, NULL, &cs))) break;
                 }
             }

@@ -154,6 +154,11 @@ static const char *train_help2 =
     "  --allreduce ring|rhd|rd|native|auto   collective algorithm [auto]\n"
     "  --bucket-mb MB       gradient bucket size [4]\n"
     "  --no-overlap         communicate after backward instead of during it\n"
+    "  --compress none|fp16|bf16|int8|topk:RATIO|sign|powersgd:RANK   gradient compression\n"
+    "                       of the data-parallel collectives and parameter-server pushes [none]\n"
+    "  --error-feedback on|off  keep what compression left out for the next step\n"
+    "                       [on for int8, topk, sign, powersgd; off for fp16, bf16]\n"
+    "  --compress-warmup N  first N steps uncompressed [0]\n"
     "  --accum K            micro-batches per step, no sync in between [1]\n"
     "  --tp T               tensor (Megatron) parallel group size: mlp and gpt [1]\n"
     "  --pp P               pipeline stages [1]; the world is dp x pp x tp, dp = N/(P*T)\n"
@@ -311,6 +316,13 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
             if (dt_algo_parse(v, &t->dp.algo)) rc = usage_error("--allreduce must be ring, rhd, rd, native or auto, got '%s'", v);
         } else if (strcmp(f, "--bucket-mb") == 0) { NEEDV(); float mb; rc = parse_float(f, v, 1e-5, 4096, &mb); t->dp.bucket_bytes = (size_t)((double)mb * 1048576.0);
         } else if (strcmp(f, "--no-overlap") == 0) { t->dp.overlap = false;
+        } else if (strcmp(f, "--compress") == 0) { NEEDV();
+            if (dt_comp_parse(v, &t->dp.comp.comp)) rc = usage_error("%s", dt_error_msg());
+        } else if (strcmp(f, "--error-feedback") == 0) { NEEDV();
+            if (strcmp(v, "on") == 0) t->dp.comp.error_feedback = 1;
+            else if (strcmp(v, "off") == 0) t->dp.comp.error_feedback = 0;
+            else rc = usage_error("--error-feedback must be on or off, got '%s'", v);
+        } else if (strcmp(f, "--compress-warmup") == 0) { NEEDV(); rc = parse_i64(f, v, 0, INT64_MAX / 2, &t->dp.comp.warmup);
         } else if (strcmp(f, "--accum") == 0) { NEEDV(); rc = parse_int(f, v, 1, 1 << 20, &t->accum);
         } else if (strcmp(f, "--timeout") == 0) { NEEDV(); float x; rc = parse_float(f, v, 0.01, 1e6, &x); t->timeout = x;
         } else if (strcmp(f, "--trace") == 0) { NEEDV(); t->trace = v;
