@@ -66,6 +66,13 @@ dt_status dt_gc_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, size_t hi,
 dt_status dt_gc_reduce_scatter(dt_gc *gc, dt_comm *c, float *g, size_t lo, size_t hi, uint64_t stream,
                                dt_algo algo);
 
+/* One rank's encoding of g's arena range [lo, hi) (any range; error feedback
+ * when on), as the collectives send it: for the parameter server's pushes.
+ * max_bytes bounds it; decode writes the decoded range into out[0..hi-lo). */
+size_t dt_gc_max_bytes(const dt_gc *gc, size_t lo, size_t hi);
+size_t dt_gc_encode(dt_gc *gc, const float *g, size_t lo, size_t hi, uint8_t *out, uint64_t stream);
+dt_status dt_gc_decode(dt_gc *gc, const uint8_t *in, size_t bytes, float *out, size_t lo, size_t hi);
+
 /* Error-feedback residual, arena-indexed (m->n floats), or NULL without EF. */
 float *dt_gc_error(dt_gc *gc);
 /* PowerSGD's warm-start Q matrices (identical on every rank), or NULL. */

@@ -36,6 +36,7 @@
 
 #include "dtrain/aggregate.h"
 #include "dtrain/comm.h"
+#include "dtrain/gradcomp.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 
@@ -64,6 +65,9 @@ typedef struct dt_ps_cfg {
      * workers then wait for a server up to the communicator's deadline plus
      * this. <= 0: never drop (BSP ignores it). */
     double liveness;
+    /* Compressed pushes (--compress): workers encode each range's gradient (with
+     * their own error feedback), servers decode it. comp.comp.kind NONE: off. */
+    dt_gc_cfg comp;
 } dt_ps_cfg;
 
 #define DT_PS_HIST 32           /* staleness histogram bins (the last collects the rest) */
@@ -81,6 +85,8 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
 typedef struct dt_ps_client dt_ps_client;
 dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg);
 void dt_ps_client_destroy(dt_ps_client *c); /* NULL ok */
+/* The worker's compression session (its error-feedback residual), or NULL. */
+dt_gc *dt_ps_client_gc(dt_ps_client *c);
 /* Pulls every range into m->w for step `clock` (blocks per the consistency). */
 dt_status dt_ps_pull(dt_ps_client *c, int64_t clock);
 /* dt_block_done_fn for dt_model_backward: pushes the ranges that are complete. */

@@ -449,6 +449,25 @@ static dt_status powersgd_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, 
 
 /* ---- entry points ------------------------------------------------------------- */
 
+size_t dt_gc_max_bytes(const dt_gc *gc, size_t lo, size_t hi) { return range_max_bytes(gc, lo, hi); }
+
+size_t dt_gc_encode(dt_gc *gc, const float *g, size_t lo, size_t hi, uint8_t *out, uint64_t stream) {
+    DT_ASSERT(hi - lo <= gc->max_floats && gc->cfg.comp.kind != DT_COMP_POWERSGD);
+    double t0 = dt_now();
+    size_t b = encode_range(gc, g, lo, hi, out, stream);
+    gc->stats.encode_s += dt_now() - t0;
+    return b;
+}
+
+dt_status dt_gc_decode(dt_gc *gc, const uint8_t *in, size_t bytes, float *out, size_t lo, size_t hi) {
+    if (hi - lo > gc->max_floats) return dt_errorf(DT_ERR_INVALID, "compressed range of %zu floats over %zu", hi - lo, gc->max_floats);
+    double t0 = dt_now();
+    memset(out, 0, (hi - lo) * sizeof(float));
+    dt_status st = decode_add(gc, in, bytes, out, lo, hi, -1);
+    gc->stats.decode_s += dt_now() - t0;
+    return st;
+}
+
 dt_status dt_gc_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, size_t hi, uint64_t stream, dt_algo algo) {
     if (hi - lo > gc->max_floats) return dt_errorf(DT_ERR_INVALID, "compressed collective of %zu floats over its %zu", hi - lo, gc->max_floats);
     if (gc->cfg.comp.kind == DT_COMP_POWERSGD) return powersgd_allreduce(gc, c, g, lo, hi, algo);

@@ -72,6 +72,9 @@ typedef struct server {
     bool *out_busy;
     hdr *out_hdr;
     float *gin;                 /* receive buffer for one push */
+    dt_gc *gc;                  /* compressed pushes: decoder (no error feedback), or NULL */
+    uint8_t *ein;               /* its receive buffer */
+    size_t ein_cap;
     float *bsp;                 /* BSP: (W, len) gradients of the current step */
     int64_t bsp_clock;
     int bsp_have;
@@ -218,12 +221,25 @@ static dt_status drop_worker(server *sv, int w, const char *why) {
 /* Receives the gradient that follows a PUSH header. With a liveness limit a
  * worker that dies between header and data is dropped (*gone) instead of
  * failing the server. */
-static dt_status recv_push(server *sv, int w, bool *gone) {
+static dt_status recv_push(server *sv, int w, const hdr *h, bool *gone) {
     dt_req r;
     *gone = false;
-    dt_status st = dt_irecv(sv->c, sv->gin, sv->len * sizeof(float), w, TAG_DATA, &r);
+    dt_status st;
+    if (sv->gc) {
+        /* Compressed: the header's last field is the encoding's size. */
+        if (h->pad < 0 || (size_t)h->pad > sv->ein_cap)
+            return dt_errorf(DT_ERR_COMM, "parameter server: worker %d announced a %lld-byte compressed push (at most %zu)", w,
+                             (long long)h->pad, sv->ein_cap);
+        st = dt_irecv(sv->c, sv->ein, (size_t)h->pad, w, TAG_DATA, &r);
+    } else {
+        st = dt_irecv(sv->c, sv->gin, sv->len * sizeof(float), w, TAG_DATA, &r);
+    }
     if (st) return st;
-    if (sv->cfg.liveness <= 0) return dt_waitall(sv->c, &r, 1, "parameter server push");
+    if (sv->cfg.liveness <= 0) {
+        st = dt_waitall(sv->c, &r, 1, "parameter server push");
+        if (!st && sv->gc) st = dt_gc_decode(sv->gc, sv->ein, (size_t)h->pad, sv->gin, sv->lo, sv->lo + sv->len);
+        return st;
+    }
     double t0 = dt_now();
     uint64_t ns = 2000;
     for (;;) {
@@ -235,7 +251,7 @@ static dt_status recv_push(server *sv, int w, bool *gone) {
             *gone = true;
             return drop_worker(sv, w, why);
         }
-        if (k == 0) return DT_OK;
+        if (k == 0) return sv->gc ? dt_gc_decode(sv->gc, sv->ein, (size_t)h->pad, sv->gin, sv->lo, sv->lo + sv->len) : DT_OK;
         if (dt_now() - t0 > sv->cfg.liveness) {
             char why[128];
             snprintf(why, sizeof why, "its push stopped halfway for %.1f s", dt_now() - t0);
@@ -249,7 +265,7 @@ static dt_status recv_push(server *sv, int w, bool *gone) {
 
 static dt_status on_push(server *sv, int w, const hdr *h) {
     bool gone;
-    dt_status st = recv_push(sv, w, &gone);
+    dt_status st = recv_push(sv, w, h, &gone);
     if (st || gone) return st;
     sv->last[w] = dt_now();
     if (sv->cfg.mode == DT_PS_BSP) {
@@ -321,6 +337,14 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
     sv.out_busy = dt_calloc((size_t)W, sizeof(bool));
     sv.out_hdr = dt_calloc((size_t)W, sizeof(hdr));
     sv.gin = dt_alloc_floats(sv.len);
+    if (cfg->comp.comp.kind != DT_COMP_NONE) {
+        dt_gc_cfg gcfg = cfg->comp;
+        gcfg.error_feedback = 0;
+        dt_status gst = dt_gc_create(&sv.gc, &gcfg, m, 0, 1, sv.len);
+        if (gst) return gst;
+        sv.ein_cap = dt_gc_max_bytes(sv.gc, sv.lo, sv.lo + sv.len);
+        sv.ein = dt_malloc(sv.ein_cap ? sv.ein_cap : 1);
+    }
     sv.bsp_got = dt_calloc((size_t)W, sizeof(bool));
     sv.ck_clock = dt_calloc((size_t)W, sizeof(int64_t));
     dt_status st = DT_OK;
@@ -413,6 +437,8 @@ out:
     dt_free(sv.out_busy);
     dt_free(sv.out_hdr);
     dt_free(sv.gin);
+    dt_gc_destroy(sv.gc);
+    dt_free(sv.ein);
     dt_free(sv.bsp);
     dt_free(sv.bsp_got);
     dt_free(sv.ck_clock);
@@ -437,6 +463,8 @@ struct dt_ps_client {
     dt_status err;
     double deadline;            /* of every wait for a server (seconds, <= 0 none) */
     int64_t *lost;              /* per worker, after dt_ps_finish: clock when dropped, -1 */
+    dt_gc *gc;                  /* compressed pushes (with this worker's error feedback), or NULL */
+    uint8_t **enc;              /* per server: the encoding in flight */
 };
 
 dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg) {
@@ -465,6 +493,16 @@ dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, c
     }
     for (int s = 0; s < c->S; s++) range_of(m->n, c->S, s, &c->lo[s], &c->len[s]);
     for (int w = 0; w < c->W; w++) c->lost[w] = -1;
+    if (cfg->comp.comp.kind != DT_COMP_NONE) {
+        dt_status st = dt_gc_create(&c->gc, &cfg->comp, m, dt_comm_rank(world), c->W, c->len[0]);
+        c->enc = st ? NULL : dt_calloc((size_t)c->S, sizeof(uint8_t *));
+        for (int s = 0; !st && c->enc && s < c->S; s++)
+            if (!(c->enc[s] = dt_malloc(dt_gc_max_bytes(c->gc, c->lo[s], c->lo[s] + c->len[s]) + 1))) st = DT_ERR_NOMEM;
+        if (st || !c->enc) {
+            dt_ps_client_destroy(c);
+            return st == DT_ERR_NOMEM || !st ? dt_errorf(DT_ERR_NOMEM, "out of memory for compressed pushes") : st;
+        }
+    }
     *out = c;
     return DT_OK;
 }
@@ -479,8 +517,13 @@ void dt_ps_client_destroy(dt_ps_client *c) {
     dt_free(c->push_req);
     dt_free(c->pushed);
     dt_free(c->lost);
+    for (int s = 0; c->enc && s < c->S; s++) dt_free(c->enc[s]);
+    dt_free(c->enc);
+    dt_gc_destroy(c->gc);
     dt_free(c);
 }
+
+dt_gc *dt_ps_client_gc(dt_ps_client *c) { return c->gc; }
 
 dt_status dt_ps_pull(dt_ps_client *c, int64_t clock) {
     c->clock = clock;
@@ -506,8 +549,15 @@ dt_status dt_ps_pull(dt_ps_client *c, int64_t clock) {
 
 static dt_status push_range(dt_ps_client *c, int s) {
     c->push_hdr[s] = (hdr){REQ_PUSH, c->clock, c->read_clock[s], 0};
+    size_t bytes = 0;
+    if (c->gc) {
+        bytes = dt_gc_encode(c->gc, c->m->g, c->lo[s], c->lo[s] + c->len[s], c->enc[s],
+                             (uint64_t)c->clock * (uint64_t)c->S + (uint64_t)s);
+        c->push_hdr[s].pad = (int64_t)bytes;
+    }
     dt_status st = dt_isend(c->c, &c->push_hdr[s], sizeof(hdr), c->W + s, TAG_REQ, &c->push_req[2 * s]);
-    if (!st) st = dt_isend(c->c, c->m->g + c->lo[s], c->len[s] * sizeof(float), c->W + s, TAG_DATA, &c->push_req[2 * s + 1]);
+    if (!st && c->gc) st = dt_isend(c->c, c->enc[s], bytes, c->W + s, TAG_DATA, &c->push_req[2 * s + 1]);
+    else if (!st) st = dt_isend(c->c, c->m->g + c->lo[s], c->len[s] * sizeof(float), c->W + s, TAG_DATA, &c->push_req[2 * s + 1]);
     c->pushed[s] = true;
     return st;
 }

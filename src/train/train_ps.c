@@ -63,15 +63,21 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
                c->ps.mode == DT_PS_BSP ? "BSP" : c->ps.mode == DT_PS_ASP ? "ASP" : "SSP", "");
     double t0 = dt_now();
     /* Checkpoint writers: rank 0 (state, manifest) and the servers (ranges). */
+    /* Workers' error-feedback residuals go into BSP checkpoints (each worker
+     * writes its own); under ASP/SSP a resume is not exact anyway and a lost
+     * worker's file would never come, so they start from zero there. */
+    bool ef_ckpt = c->dp.comp.comp.kind != DT_COMP_NONE && c->ps.mode == DT_PS_BSP &&
+                   (c->dp.comp.error_feedback < 0 ? dt_gc_ef_default(c->dp.comp.comp.kind) : c->dp.comp.error_feedback);
     if (c->ckpt_dir) {
-        int *wr = dt_calloc((size_t)S + 1, sizeof(int));
+        int *wr = dt_calloc((size_t)N, sizeof(int));
         if (!wr) {
             st = dt_errorf(DT_ERR_NOMEM, "out of memory");
             goto out;
         }
-        wr[0] = 0;
-        for (int s2 = 0; s2 < S; s2++) wr[s2 + 1] = W + s2;
-        if (rank == 0 || rank >= W) st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, N, wr, S + 1, c->ckpt_keep, 10 * c->timeout);
+        int nw = 0;
+        for (int r = 0; r < N; r++)
+            if (r == 0 || r >= W || ef_ckpt) wr[nw++] = r;
+        if (rank == 0 || rank >= W || ef_ckpt) st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, N, wr, nw, c->ckpt_keep, 10 * c->timeout);
         dt_free(wr);
         if (st) goto out;
     }
@@ -86,12 +92,13 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
     /* Resume: every rank reads the logical state; servers take their range's
      * optimizer state, workers the sampler position. */
     int64_t start = 0, pos[2] = {-1, -1};
+    char resume_path[4096] = "";
     if (c->resume) {
-        char path[4096];
+        char *path = resume_path;
         if (strcmp(c->resume, "auto") == 0) {
-            if (dt_ckpt_find_latest(c->ckpt_dir, path, sizeof path)) path[0] = '\0';
+            if (dt_ckpt_find_latest(c->ckpt_dir, path, sizeof resume_path)) path[0] = '\0';
         } else {
-            snprintf(path, sizeof path, "%s", c->resume);
+            snprintf(path, sizeof resume_path, "%s", c->resume);
         }
         if (path[0]) {
             dt_ckpt_state cs;
@@ -119,6 +126,8 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         /* ASP/SSP: a worker silent for one deadline is lost (docs/FAULT_TOLERANCE.md). */
         pc.liveness = c->ps.mode == DT_PS_BSP ? 0 : c->timeout;
         pc.agg = c->agg;
+        pc.comp = c->dp.comp;
+        pc.comp.seed = c->seed;
         if ((st = dt_agg_check(&pc.agg, W))) goto out;
         if (c->ckpt_dir) {
             pc.ckpt = ps_server_ckpt;
@@ -135,12 +144,22 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         int maxB = (B + W - 1) / W;
         dt_ps_cfg pc = c->ps;
         pc.liveness = c->ps.mode == DT_PS_BSP ? 0 : c->timeout;
+        pc.comp = c->dp.comp;
+        pc.comp.seed = c->seed;
         if ((st = dt_ps_client_create(&cl, m, world, &pc))) goto out;
+        /* Resume: this worker's error-feedback residual (BSP checkpoints hold them). */
+        dt_gc *gc = dt_ps_client_gc(cl);
+        if (gc && dt_gc_error(gc) && start > 0 && resume_path[0]) {
+            char name[64];
+            bool found = false;
+            snprintf(name, sizeof name, "compress.error.%d", rank);
+            if ((st = dt_ckpt_read_extra(resume_path, name, dt_gc_error(gc), m->n, &found))) goto out;
+        }
         if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, maxB))) goto out;
         if ((st = tr_batch_buf_init(&bb, m, maxB > 256 ? maxB : 256, d->T))) goto out;
         if ((st = dt_sampler_init(&sp, d->n_train, c->seed, true, false, rank, W))) goto out;
         if (pos[0] >= 0 && (st = dt_sampler_seek(&sp, pos[0], pos[1]))) goto out;
-        if (lead && ckw && (st = dt_optim_create(&dummy, &c->optim, 0))) goto out;
+        if (ckw && (st = dt_optim_create(&dummy, &c->optim, 0))) goto out;
         if (lead && c->out_dir) {
             char path[4096];
             if ((st = tr_make_dir(c->out_dir))) goto out;
@@ -188,13 +207,24 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
             if (c->ckpt_dir && ((c->ckpt_every > 0 && (step + 1) % c->ckpt_every == 0) || step + 1 == total)) {
                 /* A consistent cut: the servers write their ranges; rank 0 the run's state. */
                 if ((st = dt_ps_checkpoint(cl, step + 1))) break;
+                char ef_name[64];
+                const char *xn[1] = {ef_name};
+                const float *xd[1] = {ef_ckpt ? dt_gc_error(dt_ps_client_gc(cl)) : NULL};
+                size_t xl[1] = {m->n};
+                snprintf(ef_name, sizeof ef_name, "compress.error.%d", rank);
+                if (ef_ckpt && !lead) {
+                    dt_ckpt_state cs = pck.base;
+                    cs.step = step + 1;
+                    dt_ckpt_shard mine = {.n = 0, .n_extra = 1, .extra_name = xn, .extra_data = xd, .extra_len = xl};
+                    if ((st = dt_ckpt_save_async(ckw, m, dummy, &mine, NULL, &cs))) break;
+                }
                 if (lead) {
                     dt_ckpt_state cs = pck.base;
                     cs.step = step + 1;
                     cs.epoch = sp.epoch;
                     cs.index = sp.index;
                     cs.optim_t = c->ps.mode == DT_PS_BSP ? step + 1 : (step + 1) * W;
-                    dt_ckpt_shard none = {.n = 0};
+                    dt_ckpt_shard none = {.n = 0, .n_extra = ef_ckpt, .extra_name = xn, .extra_data = xd, .extra_len = xl};
                     if ((st = dt_ckpt_save_async(ckw, m, dummy, &none, NULL, &cs))) break;
                 }
             }
