@@ -52,6 +52,11 @@ uint16_t dt_f32_to_f16(float x);
 float dt_f16_to_f32(uint16_t h);
 uint16_t dt_f32_to_bf16(float x);
 float dt_bf16_to_f32(uint16_t h);
+/* n values to/from little-endian 16-bit words (F16C when built for it). */
+void dt_f32_to_f16_n(const float *x, uint8_t *out, size_t n);
+void dt_f16_to_f32_n(const uint8_t *in, float *y, size_t n);
+void dt_f32_to_bf16_n(const float *x, uint8_t *out, size_t n);
+void dt_bf16_to_f32_n(const uint8_t *in, float *y, size_t n);
 /* LEB128: 7 bits per byte, high bit = more bytes follow. put returns the bytes
  * written (<= 10); get returns the bytes read, 0 if truncated or over 64 bits. */
 size_t dt_varint_put(uint8_t *out, uint64_t v);

@@ -68,18 +68,8 @@ size_t dt_comp_max_bytes(const dt_comp_cfg *c, size_t n) {
 
 size_t dt_comp_encode(const dt_comp_cfg *c, const float *x, size_t n, uint8_t *out, dt_rng *rng) {
     switch (c->kind) {
-    case DT_COMP_FP16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h = dt_f32_to_f16(x[i]);
-            memcpy(out + 2 * i, &h, 2);
-        }
-        return 2 * n;
-    case DT_COMP_BF16:
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h = dt_f32_to_bf16(x[i]);
-            memcpy(out + 2 * i, &h, 2);
-        }
-        return 2 * n;
+    case DT_COMP_FP16: dt_f32_to_f16_n(x, out, n); return 2 * n;
+    case DT_COMP_BF16: dt_f32_to_bf16_n(x, out, n); return 2 * n;
     case DT_COMP_INT8: return dt_comp_int8_encode(c, x, n, out, rng);
     case DT_COMP_TOPK: return dt_comp_topk_encode(c, x, n, out);
     case DT_COMP_SIGN: return dt_comp_sign_encode(c, x, n, out);
@@ -94,11 +84,8 @@ dt_status dt_comp_decode(const dt_comp_cfg *c, const uint8_t *in, size_t bytes, 
     case DT_COMP_FP16:
     case DT_COMP_BF16:
         if (bytes != 2 * n) return dt_errorf(DT_ERR_FORMAT, "compressed gradient: %zu bytes for %zu fp16 values", bytes, n);
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, in + 2 * i, 2);
-            y[i] = c->kind == DT_COMP_FP16 ? dt_f16_to_f32(h) : dt_bf16_to_f32(h);
-        }
+        if (c->kind == DT_COMP_FP16) dt_f16_to_f32_n(in, y, n);
+        else dt_bf16_to_f32_n(in, y, n);
         return DT_OK;
     case DT_COMP_INT8: return dt_comp_int8_decode(c, in, bytes, y, n);
     case DT_COMP_TOPK: return dt_comp_topk_decode(c, in, bytes, y, n);
@@ -112,6 +99,7 @@ dt_status dt_comp_decode(const dt_comp_cfg *c, const uint8_t *in, size_t bytes, 
 
 size_t dt_comp_encode_ef(const dt_comp_cfg *c, const float *g, float *e, size_t n, uint8_t *out,
                          float *tmp, dt_rng *rng) {
+    if (c->kind == DT_COMP_SIGN) return dt_comp_sign_encode_ef(c, g, e, n, out);
     for (size_t i = 0; i < n; i++) e[i] += g[i];
     size_t bytes = dt_comp_encode(c, e, n, out, rng);
     dt_status st = dt_comp_decode(c, out, bytes, tmp, n);
