@@ -100,6 +100,7 @@ dt_status dt_comp_decode(const dt_comp_cfg *c, const uint8_t *in, size_t bytes, 
 size_t dt_comp_encode_ef(const dt_comp_cfg *c, const float *g, float *e, size_t n, uint8_t *out,
                          float *tmp, dt_rng *rng) {
     if (c->kind == DT_COMP_SIGN) return dt_comp_sign_encode_ef(c, g, e, n, out);
+    if (c->kind == DT_COMP_INT8) return dt_comp_int8_encode_ef(c, g, e, n, out, rng);
     for (size_t i = 0; i < n; i++) e[i] += g[i];
     size_t bytes = dt_comp_encode(c, e, n, out, rng);
     dt_status st = dt_comp_decode(c, out, bytes, tmp, n);
