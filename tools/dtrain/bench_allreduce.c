@@ -165,15 +165,28 @@ static int run(dt_comm *c, const bench_opts *o) {
                "the mean, us; bw GB/s; busbw = algbw*%.3f\n",
                p, o->segment ? o->segment : (size_t)1 << 20, busf);
         printf("%12s %11s", "bytes", "count");
-        for (int k = 0; k < o->nalgo; k++) printf(" | %8s %15s", dt_algo_name(o->algos[k]), "algbw   busbw");
+        for (int k = 0; k < o->nalgo; k++) printf(" | %8s %17s", dt_algo_name(o->algos[k]), "algbw   busbw");
         if (o->check) printf("  check");
         printf("\n");
     }
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= 2) {
         size_t count = bytes / sizeof(float);
         int iters = o->iters;
+        double probe = 0;
         if (!iters) {
-            size_t n = ((size_t)1 << 30) / (bytes ? bytes : 1);
+            /* About half a second per size and algorithm (5 to 200 calls), from
+             * one timed call of the first algorithm, agreed over the ranks (a slow
+             * or shaped network must not make the sweep take hours). */
+            memset(buf, 0, count * sizeof(float));
+            st = dt_allreduce(c, buf, count, DT_OP_SUM, o->algos[0]);
+            double t0 = dt_now();
+            if (!st) st = dt_allreduce(c, buf, count, DT_OP_SUM, o->algos[0]);
+            if (!st) st = max_over_ranks(c, dt_now() - t0, slots, &probe);
+            if (st) {
+                fprintf(stderr, "dtrain bench allreduce: %s\n", dt_error_msg());
+                goto fn_exit;
+            }
+            double n = 0.5 / (probe > 1e-9 ? probe : 1e-9);
             iters = n < 5 ? 5 : n > 200 ? 200 : (int)n;
         }
         int warm = iters / 5 < 2 ? 2 : iters / 5;
@@ -202,7 +215,8 @@ static int run(dt_comm *c, const bench_opts *o) {
             printf("%12zu %11zu", bytes, count);
             for (int k = 0; k < o->nalgo; k++) {
                 double algbw = (double)bytes / times[k] * 1e-9;
-                printf(" | %8.1f %7.2f %7.2f", times[k] * 1e6, algbw, algbw * busf);
+                /* Four decimals: a shaped network's MB/s still shows. */
+                printf(" | %8.1f %7.4f %7.4f", times[k] * 1e6, algbw, algbw * busf);
             }
             if (o->check) printf("  %s", ok ? "ok" : "WRONG");
             printf("\n");
