@@ -347,15 +347,22 @@ static void orthonormalize(float *P, size_t rows, int r) {
     }
 }
 
+/* Parameter i in [lo, hi)? -1 if not; else its PowerSGD rank (0: sent exactly). */
+static int range_matrix(const dt_gc *gc, int i, size_t lo, size_t hi, size_t *rows, size_t *cols) {
+    const dt_param *p = &gc->m->params[i];
+    if (p->offset < lo || p->offset + p->numel > hi) return -1;
+    return gc->q_off[i] == SIZE_MAX ? 0 : psgd_rank(gc, p, rows, cols);
+}
+
 static dt_status powersgd_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, size_t hi, dt_algo algo) {
     const dt_model *m = gc->m;
     /* Layout of the first all-reduce: every matrix's P, then the exact floats. */
     size_t np = 0, nexact = 0, nqr = 0;
     for (int i = 0; i < m->n_params; i++) {
         const dt_param *p = &m->params[i];
-        if (p->offset < lo || p->offset + p->numel > hi) continue;
         size_t rows, cols;
-        int r = gc->q_off[i] == SIZE_MAX ? 0 : psgd_rank(gc, p, &rows, &cols);
+        int r = range_matrix(gc, i, lo, hi, &rows, &cols);
+        if (r < 0) continue;
         if (r) {
             np += rows * (size_t)r;
             nqr += cols * (size_t)r;
@@ -371,9 +378,9 @@ static dt_status powersgd_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, 
     size_t po = 0, xo = np;
     for (int i = 0; i < m->n_params; i++) {
         const dt_param *p = &m->params[i];
-        if (p->offset < lo || p->offset + p->numel > hi) continue;
         size_t rows, cols;
-        int r = gc->q_off[i] == SIZE_MAX ? 0 : psgd_rank(gc, p, &rows, &cols);
+        int r = range_matrix(gc, i, lo, hi, &rows, &cols);
+        if (r < 0) continue;
         if (!r) {
             memcpy(buf + xo, g + p->offset, p->numel * sizeof(float));
             xo += p->numel;
@@ -401,9 +408,9 @@ static dt_status powersgd_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, 
     xo = np;
     for (int i = 0; i < m->n_params; i++) {
         const dt_param *p = &m->params[i];
-        if (p->offset < lo || p->offset + p->numel > hi) continue;
         size_t rows, cols;
-        int r = gc->q_off[i] == SIZE_MAX ? 0 : psgd_rank(gc, p, &rows, &cols);
+        int r = range_matrix(gc, i, lo, hi, &rows, &cols);
+        if (r < 0) continue;
         if (!r) {
             memcpy(g + p->offset, buf + xo, p->numel * sizeof(float));
             xo += p->numel;
@@ -430,9 +437,9 @@ static dt_status powersgd_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, 
     float inv_n = 1.0f / (float)gc->size;
     for (int i = 0; i < m->n_params; i++) {
         const dt_param *p = &m->params[i];
-        if (p->offset < lo || p->offset + p->numel > hi) continue;
         size_t rows, cols;
-        int r = gc->q_off[i] == SIZE_MAX ? 0 : psgd_rank(gc, p, &rows, &cols);
+        int r = range_matrix(gc, i, lo, hi, &rows, &cols);
+        if (r < 0) continue;
         if (!r) continue;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, r, 1.0f, buf + po, r,
                     gc->q + gc->q_off[i], r, 0.0f, g + p->offset, (int)cols);
