@@ -15,8 +15,8 @@ field() { grep -o "\"$2\":[0-9.e+-]*" "$1/metrics.jsonl" | tail -1 | cut -d: -f2
 
 # ---- refusals ------------------------------------------------------------------
 S="--model mlp --hidden 64 --batch 64 --steps 4 --quiet"
-expect "topk:RATIO needs 0 < RATIO <= 1" $S --compress topk:0
-expect "topk:RATIO needs 0 < RATIO <= 1" $S --compress topk:1.5
+expect "topk:RATIO\[:fp16\] needs 0 < RATIO <= 1" $S --compress topk:0
+expect "topk:RATIO\[:fp16\] needs 0 < RATIO <= 1" $S --compress topk:1.5
 expect "powersgd:RANK needs 1 <= RANK <= 256" $S --compress powersgd:0
 expect "must be none, fp16, bf16, int8, topk:RATIO, sign or powersgd:RANK" $S --compress gzip
 expect "error-feedback must be on or off" $S --compress sign --error-feedback yes
@@ -29,7 +29,7 @@ expect "powersgd needs an all-reduce" $S --compress powersgd:2 --strategy ps --s
 T="--model mlp --hidden 256 --batch 64 --steps 30 --log-every 10 --quiet --eval-every 0"
 run none -n 2 $T || fail "uncompressed run"
 none_bytes=$(field "$tmp/none" bytes_sent)
-for spec in "fp16 1.9 2.1" "bf16 1.9 2.1" "int8 3.5 4.1" "topk:0.01 40 120" "sign 20 32" "powersgd:4 5 1000"; do
+for spec in "topk:0.01:fp16 80 160" "fp16 1.9 2.1" "bf16 1.9 2.1" "int8 3.5 4.1" "topk:0.01 40 120" "sign 20 32" "powersgd:4 5 1000"; do
   set -- $spec
   name=${1//:/_}
   if run "$name" -n 2 $T --compress "$1"; then

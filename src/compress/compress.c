@@ -19,8 +19,12 @@ dt_status dt_comp_parse(const char *s, dt_comp_cfg *out) {
     else if (strncmp(s, "topk:", 5) == 0) {
         char *end;
         double r = strtod(s + 5, &end);
+        if (end != s + 5 && strcmp(end, ":fp16") == 0) {
+            out->fp16_values = true; /* topk:RATIO:fp16: the kept values as fp16 */
+            end += 5;
+        }
         if (end == s + 5 || *end || !(r > 0 && r <= 1))
-            return dt_errorf(DT_ERR_INVALID, "--compress %s: topk:RATIO needs 0 < RATIO <= 1", s);
+            return dt_errorf(DT_ERR_INVALID, "--compress %s: topk:RATIO[:fp16] needs 0 < RATIO <= 1", s);
         out->kind = DT_COMP_TOPK;
         out->ratio = (float)r;
     } else if (strncmp(s, "powersgd:", 9) == 0) {
@@ -38,7 +42,7 @@ dt_status dt_comp_parse(const char *s, dt_comp_cfg *out) {
 
 void dt_comp_name(const dt_comp_cfg *c, char *buf, size_t n) {
     static const char *names[] = {"none", "fp16", "bf16", "int8", "topk", "sign", "powersgd"};
-    if (c->kind == DT_COMP_TOPK) snprintf(buf, n, "topk:%g", (double)c->ratio);
+    if (c->kind == DT_COMP_TOPK) snprintf(buf, n, "topk:%g%s", (double)c->ratio, c->fp16_values ? ":fp16" : "");
     else if (c->kind == DT_COMP_POWERSGD) snprintf(buf, n, "powersgd:%d", c->rank);
     else snprintf(buf, n, "%s", c->kind < DT_COMP_COUNT ? names[c->kind] : "?");
 }

@@ -154,7 +154,7 @@ static const char *train_help2 =
     "  --allreduce ring|rhd|rd|native|auto   collective algorithm [auto]\n"
     "  --bucket-mb MB       gradient bucket size [4]\n"
     "  --no-overlap         communicate after backward instead of during it\n"
-    "  --compress none|fp16|bf16|int8|topk:RATIO|sign|powersgd:RANK   gradient compression\n"
+    "  --compress none|fp16|bf16|int8|topk:RATIO[:fp16]|sign|powersgd:RANK   gradient compression\n"
     "                       of the data-parallel collectives and parameter-server pushes [none]\n"
     "  --error-feedback on|off  keep what compression left out for the next step\n"
     "                       [on for int8, topk, sign, powersgd; off for fp16, bf16]\n"
