@@ -46,3 +46,15 @@ if(DT_MPIEXEC AND TARGET test_comm)
       TIMEOUT 120 LABELS mpi)
   endforeach()
 endif()
+# The compressed collectives across ranks, the same way.
+if(DT_MPIEXEC AND TARGET test_gradcomp)
+  foreach(np 2 3 4)
+    add_test(NAME test_gradcomp_np${np}
+             COMMAND ${DT_MPIEXEC} -n ${np} --oversubscribe --mca btl self,vader,tcp
+                     $<TARGET_FILE:test_gradcomp>
+             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
+    set_tests_properties(test_gradcomp_np${np} PROPERTIES
+      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0"
+      TIMEOUT 120 LABELS mpi)
+  endforeach()
+endif()

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 static _Thread_local char g_msg[1024];
@@ -24,10 +25,14 @@ const char *dt_status_str(dt_status s) {
 }
 
 dt_status dt_errorf(dt_status code, const char *fmt, ...) {
+    /* Formatted aside first: the arguments may include dt_error_msg() itself
+     * ("...: %s", dt_error_msg()), which must not be overwritten while read. */
+    char buf[sizeof g_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(g_msg, buf, sizeof g_msg);
     return code;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Tags of our own: never matched by another collective's messages. */
@@ -227,7 +228,12 @@ static dt_status decode_add(dt_gc *gc, const uint8_t *in, size_t bytes, float *s
         }
         if (!st && r != bytes) st = dt_errorf(DT_ERR_FORMAT, "%zu bytes where %zu were expected", bytes, r);
     }
-    if (st) return dt_errorf(st, "compressed gradient from rank %d: %s", from, dt_error_msg());
+    if (st) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dt_error_msg()); /* dt_errorf writes the buffer it would read */
+        return from < 0 ? dt_errorf(st, "compressed gradient: %s", why)
+                        : dt_errorf(st, "compressed gradient from rank %d: %s", from, why);
+    }
     for (size_t i = 0; i < hi - lo; i++) sum[i] += gc->tmp[i];
     return DT_OK;
 }
