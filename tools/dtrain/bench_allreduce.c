@@ -8,6 +8,7 @@
  * Run under a launcher: `dtrain bench allreduce -n 2` (the launcher in main.c)
  * or `mpirun -n 2 dtrain bench allreduce`. Rank 0 prints. */
 #include "cli.h"
+#include "launch.h"
 #include "dtrain/comm.h"
 
 #include <ctype.h>
@@ -246,6 +247,7 @@ int dt_cli_bench_allreduce(int argc, char **argv) {
         fprintf(stderr, "dtrain bench allreduce: %s\n", dt_error_msg());
         return 1;
     }
+    if (dt_comm_rank(c) == 0) dt_launch_report_up();
     dt_comm_set_timeout(c, 120);
     rc = run(c, &o);
     if (rc) dt_comm_abort(c, rc); /* a failed rank would leave the others waiting */

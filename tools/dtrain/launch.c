@@ -13,7 +13,13 @@
  * _exit (MPI_Finalize would wait for the dead rank forever), mpirun then exits
  * with the dead rank's status, and we turn that into 0 when rank 0 wrote
  * "done" into the file named by DTRAIN_DONE_FILE, which it does only after every
- * output of the run is on disk. */
+ * output of the run is on disk.
+ *
+ * mpirun runs with --quiet (Open MPI's banners on a failing rank repeat what
+ * dtrain already said in one line), which also hides why MPI itself could not
+ * start. So mpirun is always our child: rank 0 writes "up" into the file named
+ * by DTRAIN_UP_FILE once MPI is initialised, and when mpirun fails before that
+ * we say so in one line (DTRAIN_MPI_VERBOSE=1 shows Open MPI's own messages). */
 #include "launch.h"
 
 #include <errno.h>
@@ -25,6 +31,7 @@
 #include <unistd.h>
 
 #define DONE_ENV "DTRAIN_DONE_FILE"
+#define UP_ENV "DTRAIN_UP_FILE"
 
 bool dt_under_mpi_launcher(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
@@ -60,6 +67,15 @@ static bool survives_lost_worker(int argc, char **argv) {
            (strcmp(cons, "asp") == 0 || strncmp(cons, "ssp:", 4) == 0);
 }
 
+void dt_launch_report_up(void) {
+    const char *path = getenv(UP_ENV);
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fputs("up\n", f);
+    fclose(f);
+}
+
 void dt_launch_report_done(const char *lost_desc) {
     const char *path = getenv(DONE_ENV);
     if (!path || !*path) return;
@@ -78,8 +94,18 @@ static void forward_signal(int sig) {
     if (g_mpirun > 0) kill((pid_t)g_mpirun, sig);
 }
 
-/* Runs mpirun (av) as a child and returns dtrain's exit code (see the top). */
-static int run_tolerant(const char **av, const char *done_path) {
+static bool file_says(const char *path, const char *word) {
+    char line[64] = "";
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool yes = fgets(line, sizeof line, f) && strncmp(line, word, strlen(word)) == 0;
+    fclose(f);
+    return yes;
+}
+
+/* Runs mpirun (av) as a child and returns dtrain's exit code (see the top).
+ * done_path: the completion marker of a run that may lose workers, or "". */
+static int run_mpirun(const char **av, const char *done_path, const char *up_path, int n) {
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = forward_signal;
@@ -105,6 +131,13 @@ static int run_tolerant(const char **av, const char *done_path) {
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    bool up = up_path[0] && file_says(up_path, "up");
+    if (up_path[0]) unlink(up_path);
+    if (code != 0 && !up && up_path[0] && !(WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM)))
+        fprintf(stderr, "dtrain: MPI could not start the %d ranks (mpirun exit status %d): check that Open MPI works here "
+                        "(e.g. `mpirun -n %d hostname`) and rerun with DTRAIN_MPI_VERBOSE=1 to see its messages\n",
+                n, code, n);
+    if (!done_path[0]) return code;
     char line[2][512] = {"", ""};
     FILE *f = fopen(done_path, "r");
     bool done = false;
@@ -155,7 +188,8 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
     av[k++] = "--oversubscribe";
     av[k++] = "--bind-to";
     av[k++] = "none";
-    av[k++] = "--quiet";
+    const char *verbose = getenv("DTRAIN_MPI_VERBOSE");
+    if (!verbose || !*verbose || strcmp(verbose, "0") == 0) av[k++] = "--quiet";
     if (geteuid() == 0) av[k++] = "--allow-run-as-root";
     if (hostfile) {
         av[k++] = "--hostfile";
@@ -181,18 +215,25 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
         av[k++] = "-x";
         av[k++] = DONE_ENV;
     }
+    char up_path[4096];
+    {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(up_path, sizeof up_path, "%s/dtrain-up-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        int fd = mkstemp(up_path);
+        if (fd < 0) {
+            up_path[0] = '\0'; /* no marker: no diagnosis, the run itself is unaffected */
+        } else {
+            close(fd);
+            setenv(UP_ENV, up_path, 1);
+            av[k++] = "-x";
+            av[k++] = UP_ENV;
+        }
+    }
     av[k++] = self;
     for (int i = 1; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
     fflush(NULL);
-    if (done_path[0]) {
-        int code = run_tolerant(av, done_path);
-        free(av);
-        return code;
-    }
-    execvp("mpirun", (char *const *)av);
-    fprintf(stderr, "dtrain: cannot run mpirun to start %d ranks: %s; install openmpi-bin (scripts/install-deps.sh)\n",
-            n, strerror(errno));
+    int code = run_mpirun(av, done_path, up_path, n);
     free(av);
-    return 1;
+    return code;
 }

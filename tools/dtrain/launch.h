@@ -19,5 +19,7 @@ int dt_launch(int argc, char **argv, int cmd_args_from);
  * asked, through DTRAIN_DONE_FILE) that every output is written, and which
  * workers were lost ("" for none). */
 void dt_launch_report_done(const char *lost_desc);
+/* Rank 0, once MPI is initialised: tells the launcher MPI started. */
+void dt_launch_report_up(void);
 
 #endif

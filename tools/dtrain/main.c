@@ -373,6 +373,7 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
 
     dt_comm *world = NULL;
     if (dt_comm_world(&world)) return run_error();
+    if (dt_comm_rank(world) == 0) dt_launch_report_up();
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
     if (c.nproc && size != c.nproc) {
         if (rank == 0)
