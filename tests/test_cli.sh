@@ -77,6 +77,8 @@ fi
 # corpus errors
 printf 'tiny' > "$tmp/tiny.txt"
 expect 1 "tiny.txt" -- "$dt" train --model gpt --data "$tmp/tiny.txt" --steps 1
+# MPI that cannot start (no transport between the ranks): one line, not silence
+OMPI_MCA_btl=self expect 1 "MPI could not start the 2 ranks" -- "$dt" train -n 2 --hidden 8 --steps 1 --quiet
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
