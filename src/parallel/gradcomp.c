@@ -239,14 +239,33 @@ static dt_status decode_add(dt_gc *gc, const uint8_t *in, size_t bytes, float *s
 }
 
 /* Everyone learns every rank's byte counts: sizes[r * size + j] = what rank r
- * sends to rank j (a sum of one-hot rows; counts are exact in doubles). */
-static dt_status exchange_sizes(dt_gc *gc, dt_comm *c) {
+ * sends to rank j (a sum of one-hot rows; counts are exact in doubles). Only
+ * top-k's encodings vary in size; the others' follow from the ranges, which
+ * spares a round trip per bucket: fill(r, j) gives them. */
+static dt_status exchange_sizes(dt_gc *gc, dt_comm *c, size_t (*fill)(const dt_gc *, int, int, size_t, size_t),
+                                size_t lo, size_t hi) {
     int p = gc->size;
     size_t np = (size_t)p * (size_t)p;
+    if (gc->cfg.comp.kind != DT_COMP_TOPK) {
+        for (int r = 0; r < p; r++)
+            for (int j = 0; j < p; j++) gc->sizes[(size_t)r * (size_t)p + (size_t)j] = fill(gc, r, j, lo, hi);
+        return DT_OK;
+    }
     dt_status st = dt_allreduce_f64(c, gc->sizes_f, np);
     if (st) return st;
     for (size_t i = 0; i < np; i++) gc->sizes[i] = (size_t)gc->sizes_f[i];
     return DT_OK;
+}
+
+/* Fixed sizes: rank r's whole-range encoding (row 0), or its chunk j. */
+static size_t whole_size(const dt_gc *gc, int r, int j, size_t lo, size_t hi) {
+    (void)r;
+    return j == 0 ? range_max_bytes(gc, lo, hi) : 0;
+}
+static size_t chunk_size(const dt_gc *gc, int r, int j, size_t lo, size_t hi) {
+    (void)r;
+    size_t co = lo + dt_chunk_off(hi - lo, gc->size, j);
+    return range_max_bytes(gc, co, co + dt_chunk_len(hi - lo, gc->size, j));
 }
 
 /* ---- elementwise codecs ------------------------------------------------------ */
@@ -260,13 +279,14 @@ static dt_status gather_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, si
     double t1 = dt_now();
     gc->stats.encode_s += t1 - t0;
     memset(gc->sizes_f, 0, (size_t)p * (size_t)p * sizeof(double));
-    gc->sizes_f[me] = (double)mine; /* row 0 only: sizes[r] = rank r's encoding */
-    dt_status st = exchange_sizes(gc, c);
+    gc->sizes_f[(size_t)me * (size_t)p] = (double)mine; /* column 0: rank r's encoding */
+    dt_status st = exchange_sizes(gc, c, whole_size, lo, hi);
     if (st) return st;
-    size_t total = 0, *off = gc->offs;
+    size_t total = 0, *off = gc->offs, *sz = gc->offs + p + 1;
     for (int r = 0; r < p; r++) {
+        sz[r] = gc->sizes[(size_t)r * (size_t)p];
         off[r] = total;
-        total += gc->sizes[r];
+        total += sz[r];
     }
     if (!grow((void **)&gc->recv, &gc->recv_cap, total)) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     memcpy(gc->recv + off[me], gc->enc, mine);
@@ -274,13 +294,13 @@ static dt_status gather_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, si
     int right = (me + 1) % p, left = (me + p - 1) % p;
     for (int s = 0; s < p - 1; s++) {
         int sb = (me - s + p) % p, rb = (me - s - 1 + 2 * p) % p;
-        if ((st = dt_irecv(c, gc->recv + off[rb], gc->sizes[rb], left, TAG_GATHER, &gc->reqs[0]))) return st;
-        if ((st = dt_isend(c, gc->recv + off[sb], gc->sizes[sb], right, TAG_GATHER, &gc->reqs[1]))) return st;
+        if ((st = dt_irecv(c, gc->recv + off[rb], sz[rb], left, TAG_GATHER, &gc->reqs[0]))) return st;
+        if ((st = dt_isend(c, gc->recv + off[sb], sz[sb], right, TAG_GATHER, &gc->reqs[1]))) return st;
         if ((st = dt_waitall(c, gc->reqs, 2, "compressed all-gather"))) return st;
     }
     double t2 = dt_now();
     memset(gc->sum, 0, n * sizeof(float));
-    for (int r = 0; r < p && !st; r++) st = decode_add(gc, gc->recv + off[r], gc->sizes[r], gc->sum, lo, hi, r);
+    for (int r = 0; r < p && !st; r++) st = decode_add(gc, gc->recv + off[r], sz[r], gc->sum, lo, hi, r);
     if (!st) memcpy(g + lo, gc->sum, n * sizeof(float));
     gc->stats.decode_s += dt_now() - t2;
     return st;
@@ -305,7 +325,7 @@ static dt_status a2a_reduce_scatter(dt_gc *gc, dt_comm *c, float *g, size_t lo, 
         eoff[j + 1] = eoff[j] + b;
     }
     gc->stats.encode_s += dt_now() - t0;
-    dt_status st = exchange_sizes(gc, c);
+    dt_status st = exchange_sizes(gc, c, chunk_size, lo, hi);
     if (st) return st;
     size_t total = 0;
     for (int r = 0; r < p; r++) {
