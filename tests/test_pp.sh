@@ -81,6 +81,18 @@ run split_auto $U --pp-partition auto
 part=$(pfield "$tmp/split_auto" blocks_per_stage)
 ka=${part%%,*}
 ta=${tsplit[$ka]:-1e9}
+if ! awk -v a="$ta" -v b="$best" 'BEGIN { exit !(a <= 1.15 * b) }'; then
+  # A loaded machine can make one sweep lie: time every split once more and
+  # keep each split's better time.
+  best=""
+  for k in 1 2 3 4 5; do
+    run split2_$k $U --pp-partition $k,$((6 - k)) || continue
+    t2=$(pfield "$tmp/split2_$k" busy_s | tr ',' '\n' | sort -g | tail -1)
+    tsplit[$k]=$(awk -v a="${tsplit[$k]:-1e9}" -v b="$t2" 'BEGIN { print (a < b ? a : b) }')
+    best=$(awk -v a="${tsplit[$k]}" -v b="${best:-1e9}" 'BEGIN { print (a < b ? a : b) }')
+  done
+  ta=${tsplit[$ka]:-1e9}
+fi
 if awk -v a="$ta" -v b="$best" 'BEGIN { exit !(a <= 1.15 * b) }'; then
   ok "auto partition chose $part: that split's bottleneck stage took ${ta}s, the best split ${best}s"
 else fail "auto partition chose $part: ${ta}s vs best ${best}s"; fi
