@@ -8,7 +8,7 @@
 set -u
 dt="$1/dtrain"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
 source "$(dirname "$0")/lib.sh"
 field() { grep -o "\"$2\":[0-9.e+-]*" "$1/metrics.jsonl" | tail -1 | cut -d: -f2; }
@@ -51,14 +51,16 @@ run z1 -n 3 $T --compress int8 --zero 1 && l=$(field "$tmp/z1" loss) &&
 
 # ---- resume is exact: residuals in the checkpoint ------------------------------------
 R="--model mlp --hidden 64 --batch 64 --steps 40 --quiet --eval-every 0"
-exact() { # NAME FLAGS...: 40 straight steps vs a crash at 30 resumed from step 20
+exact() { # NAME FLAGS...: 40 straight steps vs a crash at 38 resumed from a checkpoint
+  # (every 10 steps; a save waits for the previous persist, so when a rank is at
+  # step 38 the checkpoint of step 20 is complete)
   local name=$1; shift
   run "${name}_a" "$@" $R || { fail "$name: uninterrupted run"; return; }
-  run "${name}_b" "$@" $R --ckpt-dir "$tmp/${name}_ck" --ckpt-every 20 --inject crash:rank=1:step=30 --max-restarts 1 --resume auto ||
+  run "${name}_b" "$@" $R --ckpt-dir "$tmp/${name}_ck" --ckpt-every 10 --inject crash:rank=1:step=38 --max-restarts 1 --resume auto ||
     { fail "$name: supervised run"; return; }
   grep -q "resuming" "$tmp/${name}_b.log" || { fail "$name: never resumed"; return; }
   m=$("$dt" diff "$tmp/${name}_a/model.safetensors" "$tmp/${name}_b/model.safetensors" --rtol 0 --atol 0) &&
-    ok "$name: killed at step 30, resumed from 20, bitwise equal to the run without a crash ($m)" || fail "$name: $m"
+    ok "$name: killed at step 38, $(grep -o 'resuming [a-z ]*from [^ ]*' "$tmp/${name}_b.log" | sed 's|.*/||'), bitwise equal to the run without a crash ($m)" || fail "$name: $m"
 }
 exact topk_zero1 -n 2 --compress topk:0.01 --zero 1
 exact sign_zero2 -n 2 --compress sign --zero 2

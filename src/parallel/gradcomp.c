@@ -370,6 +370,7 @@ static dt_status half_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, size
     double t0 = dt_now();
     size_t co = dt_chunk_off(n, p, me), cl = dt_chunk_len(n, p, me);
     gc->stats.payload_bytes += dt_comp_encode(&gc->cfg.comp, g + lo + co, cl, gc->recv + 2 * co, NULL);
+    gc->stats.raw_bytes += 4 * cl; /* the all-gather phase, as an fp32 ring would send it */
     gc->stats.encode_s += dt_now() - t0;
     int right = (me + 1) % p, left = (me + p - 1) % p;
     for (int s = 0; s < p - 1 && !st; s++) {
