@@ -767,6 +767,8 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     dcfg.tp_comm = TP > 1 ? tpc : NULL;
     dcfg.comp.seed = c->seed;
     if ((st = dt_dp_create(&dp, m, dpc, &dcfg, &c->optim))) goto done;
+    if (c->dp.comp.comp.kind != DT_COMP_NONE && D == 1 && lead && !quiet)
+        dt_log(DT_LOG_INFO, "--compress: one data-parallel rank has nothing to send, so nothing is compressed");
     if ((st = dt_dp_broadcast_params(dp))) goto done;
     if (P > 1 && (st = dt_pipe_create(&pipe, m, ppc, &part, &c->pipe, micro_max))) goto done;
     int64_t start_step = 0;
