@@ -105,6 +105,7 @@ size_t dt_comp_encode_ef(const dt_comp_cfg *c, const float *g, float *e, size_t 
                          float *tmp, dt_rng *rng) {
     if (c->kind == DT_COMP_SIGN) return dt_comp_sign_encode_ef(c, g, e, n, out);
     if (c->kind == DT_COMP_INT8) return dt_comp_int8_encode_ef(c, g, e, n, out, rng);
+    if (c->kind == DT_COMP_TOPK) return dt_comp_topk_encode_ef(c, g, e, n, out);
     for (size_t i = 0; i < n; i++) e[i] += g[i];
     size_t bytes = dt_comp_encode(c, e, n, out, rng);
     dt_status st = dt_comp_decode(c, out, bytes, tmp, n);

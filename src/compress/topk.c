@@ -33,14 +33,52 @@ static float kth_largest(float *a, size_t n, size_t k) {
     return a[want];
 }
 
-size_t dt_comp_topk_encode(const dt_comp_cfg *c, const float *x, size_t n, uint8_t *out) {
+/* The k-th largest |x[i]| (exact). Large n: a strided sample of 4096
+ * magnitudes gives a threshold below which about 3k values are expected to
+ * lie above; only those candidates are selected among (one pass over x
+ * instead of a quickselect over all of it). If the sample misjudged (fewer
+ * than k candidates, or too many), the full selection runs. */
+static float kth_magnitude(const float *x, size_t n, size_t k) {
+    enum { SAMPLES = 4096 };
+    float *mag;
+    if (n >= 16 * SAMPLES && k * 8 <= n) {
+        float samp[SAMPLES];
+        size_t stride = n / SAMPLES;
+        for (size_t j = 0; j < SAMPLES; j++) samp[j] = fabsf(x[j * stride]);
+        size_t want = (size_t)((double)SAMPLES * 3.0 * (double)k / (double)n) + 1;
+        float lowt = kth_largest(samp, SAMPLES, want > SAMPLES ? SAMPLES : want);
+        size_t cap = 8 * k + 64, m = 0;
+        mag = dt_malloc(cap * sizeof(float));
+        DT_ASSERT(mag);
+        for (size_t i = 0; i < n && m <= cap; i++) {
+            float a = fabsf(x[i]);
+            if (a >= lowt) {
+                if (m < cap) mag[m] = a;
+                m++;
+            }
+        }
+        if (m >= k && m <= cap) {
+            float t = kth_largest(mag, m, k);
+            dt_free(mag);
+            return t;
+        }
+        dt_free(mag);
+    }
+    mag = dt_malloc(n * sizeof(float));
+    DT_ASSERT(mag);
+    for (size_t i = 0; i < n; i++) mag[i] = fabsf(x[i]);
+    float t = kth_largest(mag, n, k);
+    dt_free(mag);
+    return t;
+}
+
+/* resid (error feedback, the same array as x, or NULL): what is sent is taken
+ * out of it, so no decode pass is needed. */
+static size_t encode(const dt_comp_cfg *c, const float *x, size_t n, uint8_t *out, float *resid) {
     size_t k = dt_comp_topk_k(c, n), w = 0;
     w += dt_varint_put(out + w, k);
     if (k == 0) return w;
-    float *mag = dt_malloc(n * sizeof(float));
-    DT_ASSERT(mag);
-    for (size_t i = 0; i < n; i++) mag[i] = fabsf(x[i]);
-    float thr = kth_largest(mag, n, k);
+    float thr = kth_magnitude(x, n, k);
     size_t above = 0;
     for (size_t i = 0; i < n; i++) above += fabsf(x[i]) > thr;
     size_t ties = k - above; /* values equal to thr to take, in index order */
@@ -63,14 +101,24 @@ size_t dt_comp_topk_encode(const dt_comp_cfg *c, const float *x, size_t n, uint8
             uint16_t h = dt_f32_to_f16(x[list[t]]);
             memcpy(out + w, &h, 2);
             w += 2;
+            if (resid) resid[list[t]] -= dt_f16_to_f32(h);
         } else {
             memcpy(out + w, &x[list[t]], 4);
             w += 4;
+            if (resid) resid[list[t]] = 0.0f; /* sent exactly */
         }
     }
     dt_free(list);
-    dt_free(mag);
     return w;
+}
+
+size_t dt_comp_topk_encode(const dt_comp_cfg *c, const float *x, size_t n, uint8_t *out) {
+    return encode(c, x, n, out, NULL);
+}
+
+size_t dt_comp_topk_encode_ef(const dt_comp_cfg *c, const float *g, float *e, size_t n, uint8_t *out) {
+    for (size_t i = 0; i < n; i++) e[i] += g[i];
+    return encode(c, e, n, out, e);
 }
 
 dt_status dt_comp_topk_decode(const dt_comp_cfg *c, const uint8_t *in, size_t bytes, float *y, size_t n) {
