@@ -165,11 +165,60 @@ static void test_sign_ef(void) {
     test_cond("bad compressor name refused", dt_comp_parse("zip", &c) != DT_OK && dt_comp_parse("topk:0", &c) != DT_OK);
 }
 
+static int cmp_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Large inputs take the sampled-threshold path: the selection must still be
+ * exactly the k largest magnitudes (checked against a full sort), also with
+ * heavy ties (values on a coarse grid) and a spiky vector the sample misses. */
+static void test_topk_large(void) {
+    size_t n = 300000;
+    float *x = dt_alloc_floats(n), *y = dt_alloc_floats(n), *mag = dt_alloc_floats(n);
+    dt_comp_cfg c;
+    dt_comp_parse("topk:0.01", &c);
+    uint8_t *buf = malloc(dt_comp_max_bytes(&c, n));
+    for (int kind = 0; kind < 3; kind++) {
+        dt_rng r;
+        dt_rng_init(&r, 42, (uint64_t)kind);
+        for (size_t i = 0; i < n; i++) {
+            float z = dt_rng_normal(&r);
+            x[i] = kind == 0 ? z : kind == 1 ? (float)(int)(z * 4.0f) : (i % 50000 == 7 ? 100.0f : 1e-3f * z);
+        }
+        size_t bytes = dt_comp_encode(&c, x, n, buf, NULL);
+        dt_comp_decode(&c, buf, bytes, y, n);
+        size_t k = (size_t)(0.01 * (double)n), kept = 0;
+        for (size_t i = 0; i < n; i++) mag[i] = fabsf(x[i]);
+        qsort(mag, n, sizeof(float), cmp_desc);
+        float kth = mag[k - 1];
+        int ok = 1;
+        for (size_t i = 0; i < n; i++) {
+            if (y[i] != 0.0f) {
+                kept++;
+                ok &= y[i] == x[i] && fabsf(x[i]) >= kth;
+            } else {
+                ok &= fabsf(x[i]) <= kth; /* everything left out is not larger than the k-th */
+            }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "top-k of %zu (%s): exactly the %zu largest", n,
+                 kind == 0 ? "normal" : kind == 1 ? "ties" : "spikes", k);
+        test_cond(what, ok && kept == k);
+        printf("%s %s\n", ok && kept == k ? "ok  " : "FAIL", what);
+    }
+    free(buf);
+    dt_free(x);
+    dt_free(y);
+    dt_free(mag);
+}
+
 int main(void) {
     test_half();
     test_varint();
     test_int8();
     test_topk();
+    test_topk_large();
     test_sign_ef();
     return test_report();
 }
