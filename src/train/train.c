@@ -770,6 +770,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     if (c->dp.comp.comp.kind != DT_COMP_NONE && D == 1 && lead && !quiet)
         dt_log(DT_LOG_INFO, "--compress: one data-parallel rank has nothing to send, so nothing is compressed");
     if ((st = dt_dp_broadcast_params(dp))) goto done;
+    {
+        dt_dp_stats discard; /* the broadcast is not step 1's traffic */
+        dt_dp_take_stats(dp, &discard);
+    }
     if (P > 1 && (st = dt_pipe_create(&pipe, m, ppc, &part, &c->pipe, micro_max))) goto done;
     int64_t start_step = 0;
     res->resumed_from = -1;
@@ -1134,14 +1138,16 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                                (!pipe || stage == P - 1) && tpr == 0, &acc, &eloss)))
                 goto done;
             if (trace) dt_trace_event(trace, "eval", DT_TRACE_COMPUTE, te, dt_now(), step + 1, -1);
+            double at = te - t0; /* training time when evaluated (earlier evaluations excluded) */
             t0 += dt_now() - te; /* evaluation time is not training throughput */
             t_win += dt_now() - te;
             if (metrics) {
                 if (d.lm)
-                    fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f}\n", (long long)step + 1, (double)eloss);
+                    fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f,\"time_s\":%.3f}\n", (long long)step + 1,
+                            (double)eloss, at);
                 else
                     fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f,\"time_s\":%.3f}\n",
-                            (long long)step + 1, (double)acc, (double)eloss, te - t0);
+                            (long long)step + 1, (double)acc, (double)eloss, at);
                 fflush(metrics);
             }
             if (!quiet) {
