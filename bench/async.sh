@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 6 benchmarks: heterogeneity-aware balancing, time to 84% under BSP /
 # SSP:2 / ASP with a slow worker, parameter-server throughput against the
-# all-reduce path, and Byzantine-robust aggregation at bench scale.
+# all-reduce path. Byzantine-robust aggregation has its own bench:
+# bench/byzantine.sh.
 # Usage: bench/async.sh [BUILD_DIR]
 set -eu
 build=${1:-build}
@@ -44,19 +45,3 @@ awk -v a="$(ips "$tmp/ar")" -v b="$(ips "$tmp/psb")" 'BEGIN {
   printf "| all-reduce (sync DP, 2 ranks) | %.1f | | |\n", sa;
   printf "| parameter server BSP (1 server, 2 workers) | %.1f | %.1f | %.2f GB/s |\n", sb, 4 * sb, 4 * sb * P / 1e9 }'
 
-echo
-echo "## Byzantine workers: 1 of 5 bad (mlp hidden 256, batch 100, one epoch = 600 steps)"
-echo "| aggregation | clean | sign-flip | random |"
-echo "|---|---|---|---|"
-B="--model mlp --hidden 256 --batch 100 --epochs 1 --lr 0.1 --quiet"
-"$dt" train -n 5 $B --out "$tmp/clean" > /dev/null
-c=$(acc "$tmp/clean")
-for agg in mean median trimmed:1 krum:1; do
-  row="| $agg | $c"
-  for attack in signflip random; do
-    if "$dt" train -n 5 $B --aggregate $agg --inject byzantine:rank=2:mode=$attack --out "$tmp/b" > /dev/null 2>&1; then
-      row="$row | $(acc "$tmp/b")"
-    else row="$row | diverged"; fi
-  done
-  echo "$row |"
-done
