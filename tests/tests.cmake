@@ -35,26 +35,21 @@ endforeach()
 # Sanitizer builds: Open MPI's own allocations are suppressed (tests/lsan.supp,
 # whose header says why the full unwinder is needed).
 find_program(DT_MPIEXEC NAMES mpiexec mpirun HINTS ${MPIEXEC_EXECUTABLE})
-if(DT_MPIEXEC AND TARGET test_comm)
-  foreach(np 2 3 4 5)
-    add_test(NAME test_comm_np${np}
+# dt_mpi_test(TARGET NP...): TARGET under mpiexec at each rank count.
+function(dt_mpi_test target)
+  if(NOT DT_MPIEXEC OR NOT TARGET ${target})
+    return()
+  endif()
+  foreach(np ${ARGN})
+    add_test(NAME ${target}_np${np}
              COMMAND ${DT_MPIEXEC} -n ${np} --oversubscribe --mca btl self,vader,tcp
-                     $<TARGET_FILE:test_comm>
+                     $<TARGET_FILE:${target}>
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-    set_tests_properties(test_comm_np${np} PROPERTIES
+    set_tests_properties(${target}_np${np} PROPERTIES
       ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0"
       TIMEOUT 120 LABELS mpi)
   endforeach()
-endif()
+endfunction()
+dt_mpi_test(test_comm 2 3 4 5)
 # The compressed collectives across ranks, the same way.
-if(DT_MPIEXEC AND TARGET test_gradcomp)
-  foreach(np 2 3 4)
-    add_test(NAME test_gradcomp_np${np}
-             COMMAND ${DT_MPIEXEC} -n ${np} --oversubscribe --mca btl self,vader,tcp
-                     $<TARGET_FILE:test_gradcomp>
-             WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-    set_tests_properties(test_gradcomp_np${np} PROPERTIES
-      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0"
-      TIMEOUT 120 LABELS mpi)
-  endforeach()
-endif()
+dt_mpi_test(test_gradcomp 2 3 4)

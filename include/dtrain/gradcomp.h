@@ -51,6 +51,8 @@ typedef struct dt_gc dt_gc;
 
 /* The codec's default for error feedback. */
 bool dt_gc_ef_default(dt_comp_kind k);
+/* Whether a session of this config keeps a residual (the flag, or the default). */
+bool dt_gc_cfg_uses_ef(const dt_gc_cfg *c);
 /* m is borrowed; max_floats: the largest range a collective will be given. */
 dt_status dt_gc_create(dt_gc **out, const dt_gc_cfg *cfg, const dt_model *m, int rank, int size,
                        size_t max_floats);

@@ -835,49 +835,46 @@ out:
     return st;
 }
 
-dt_status dt_ckpt_read_extra(const char *path, const char *name, float *out, size_t n, bool *found) {
-    ckpt_files cf;
-    dt_ckpt_state s;
-    *found = false;
-    dt_status st = open_ckpt(path, &s, &cf, NULL);
-    if (st) return st;
-    for (int fi = 0; fi < cf.n && !*found && !st; fi++) {
-        const dt_st_tensor *t = dt_st_find(cf.f[fi], name);
-        if (!t) continue;
-        if (t->numel != n)
-            st = dt_errorf(DT_ERR_SHAPE, "%s: '%s' holds %zu values, this run needs %zu", cf.names[fi], name, t->numel, n);
-        else if (!(st = dt_st_read_f32(cf.f[fi], t, out, n)))
-            *found = true;
-    }
-    files_free(&cf);
-    return st;
-}
-
-dt_status dt_ckpt_sum_extra(const char *path, const char *prefix, float *out, size_t n, int *count) {
+/* Extra tensors named `key` (prefix: every name starting with it) into out
+ * (n floats each): the first exact match, or the sum of the prefix matches.
+ * *count: how many were read. */
+static dt_status load_extras(const char *path, const char *key, bool prefix, float *out, size_t n, int *count) {
     ckpt_files cf;
     dt_ckpt_state s;
     *count = 0;
     dt_status st = open_ckpt(path, &s, &cf, NULL);
     if (st) return st;
-    float *tmp = dt_alloc_floats(n ? n : 1);
+    float *tmp = prefix ? dt_alloc_floats(n ? n : 1) : out;
     if (!tmp) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
-    memset(out, 0, n * sizeof(float));
-    size_t pl = strlen(prefix);
-    for (int fi = 0; fi < cf.n && !st; fi++)
-        for (int i = 0; i < dt_st_count(cf.f[fi]) && !st; i++) {
+    if (prefix) memset(out, 0, n * sizeof(float));
+    size_t kl = strlen(key);
+    for (int fi = 0; fi < cf.n && !st && (prefix || !*count); fi++)
+        for (int i = 0; i < dt_st_count(cf.f[fi]) && !st && (prefix || !*count); i++) {
             const dt_st_tensor *t = dt_st_get(cf.f[fi], i);
-            if (strncmp(t->name, prefix, pl) != 0) continue;
+            if (prefix ? strncmp(t->name, key, kl) != 0 : strcmp(t->name, key) != 0) continue;
             if (t->numel != n) {
                 st = dt_errorf(DT_ERR_SHAPE, "%s: '%s' holds %zu values, this run needs %zu", cf.names[fi], t->name, t->numel, n);
                 break;
             }
             if ((st = dt_st_read_f32(cf.f[fi], t, tmp, n))) break;
-            for (size_t j = 0; j < n; j++) out[j] += tmp[j];
+            if (prefix)
+                for (size_t j = 0; j < n; j++) out[j] += tmp[j];
             (*count)++;
         }
-    dt_free(tmp);
+    if (prefix) dt_free(tmp);
     files_free(&cf);
     return st;
+}
+
+dt_status dt_ckpt_read_extra(const char *path, const char *name, float *out, size_t n, bool *found) {
+    int count;
+    dt_status st = load_extras(path, name, false, out, n, &count);
+    *found = !st && count > 0;
+    return st;
+}
+
+dt_status dt_ckpt_sum_extra(const char *path, const char *prefix, float *out, size_t n, int *count) {
+    return load_extras(path, prefix, true, out, n, count);
 }
 
 dt_status dt_ckpt_inspect(const char *path, FILE *out) {

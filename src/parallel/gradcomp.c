@@ -40,6 +40,10 @@ bool dt_gc_ef_default(dt_comp_kind k) {
     return k == DT_COMP_INT8 || k == DT_COMP_TOPK || k == DT_COMP_SIGN || k == DT_COMP_POWERSGD;
 }
 
+bool dt_gc_cfg_uses_ef(const dt_gc_cfg *c) {
+    return c->comp.kind != DT_COMP_NONE && (c->error_feedback < 0 ? dt_gc_ef_default(c->comp.kind) : c->error_feedback != 0);
+}
+
 static int psgd_rank(const dt_gc *gc, const dt_param *p, size_t *rows, size_t *cols) {
     if (p->ndim < 2) return 0;
     size_t m = (size_t)p->shape[0], n = p->numel / m;
@@ -58,7 +62,7 @@ dt_status dt_gc_create(dt_gc **out, const dt_gc_cfg *cfg, const dt_model *m, int
     dt_gc *gc = dt_calloc(1, sizeof *gc);
     if (!gc) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     gc->cfg = *cfg;
-    gc->ef_on = cfg->error_feedback < 0 ? dt_gc_ef_default(cfg->comp.kind) : cfg->error_feedback != 0;
+    gc->ef_on = dt_gc_cfg_uses_ef(cfg);
     gc->m = m;
     gc->rank = rank;
     gc->size = size;

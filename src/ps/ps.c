@@ -337,17 +337,21 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
     sv.out_busy = dt_calloc((size_t)W, sizeof(bool));
     sv.out_hdr = dt_calloc((size_t)W, sizeof(hdr));
     sv.gin = dt_alloc_floats(sv.len);
-    if (cfg->comp.comp.kind != DT_COMP_NONE) {
-        dt_gc_cfg gcfg = cfg->comp;
-        gcfg.error_feedback = 0;
-        dt_status gst = dt_gc_create(&sv.gc, &gcfg, m, 0, 1, sv.len);
-        if (gst) return gst;
-        sv.ein_cap = dt_gc_max_bytes(sv.gc, sv.lo, sv.lo + sv.len);
-        sv.ein = dt_malloc(sv.ein_cap ? sv.ein_cap : 1);
-    }
     sv.bsp_got = dt_calloc((size_t)W, sizeof(bool));
     sv.ck_clock = dt_calloc((size_t)W, sizeof(int64_t));
     dt_status st = DT_OK;
+    if (cfg->comp.comp.kind != DT_COMP_NONE) {
+        /* Compressed pushes: a decoder only (the residuals are the workers'). */
+        dt_gc_cfg gcfg = cfg->comp;
+        gcfg.error_feedback = 0;
+        if ((st = dt_gc_create(&sv.gc, &gcfg, m, 0, 1, sv.len))) goto out;
+        sv.ein_cap = dt_gc_max_bytes(sv.gc, sv.lo, sv.lo + sv.len);
+        sv.ein = dt_malloc(sv.ein_cap ? sv.ein_cap : 1);
+        if (!sv.ein) {
+            st = dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
+            goto out;
+        }
+    }
     if (!sv.in_req || !sv.in_hdr || !sv.last || !sv.lost || !sv.clock || !sv.active || !sv.pending || !sv.outbuf ||
         !sv.out_req || !sv.out_busy || !sv.out_hdr || !sv.gin || !sv.bsp_got || !sv.ck_clock) {
         st = dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");

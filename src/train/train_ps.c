@@ -66,8 +66,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
     /* Workers' error-feedback residuals go into BSP checkpoints (each worker
      * writes its own); under ASP/SSP a resume is not exact anyway and a lost
      * worker's file would never come, so they start from zero there. */
-    bool ef_ckpt = c->dp.comp.comp.kind != DT_COMP_NONE && c->ps.mode == DT_PS_BSP &&
-                   (c->dp.comp.error_feedback < 0 ? dt_gc_ef_default(c->dp.comp.comp.kind) : c->dp.comp.error_feedback);
+    bool ef_ckpt = c->ps.mode == DT_PS_BSP && dt_gc_cfg_uses_ef(&c->dp.comp);
     if (c->ckpt_dir) {
         int *wr = dt_calloc((size_t)N, sizeof(int));
         if (!wr) {
