@@ -12,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
 source "$(dirname "$0")/lib.sh"
 
-M="--model mlp --hidden 64 --batch 64 --lr 0.05 --log-every 20 --timeout 2 --quiet"
+M="--model mlp --hidden 64 --batch 64 --lr 0.05 --log-every 20 --timeout 4 --quiet"
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 # go NAME FLAGS...: runs dtrain (at most 60 s); sets rc and secs
 go() { local out=$1; shift; local t0=$(date +%s.%N)
