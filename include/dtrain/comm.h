@@ -72,7 +72,9 @@ uint64_t dt_comm_bytes_sent(const dt_comm *c);
 /* After a DT_ERR_TIMEOUT on c: every rank that timed out exchanges "I am here"
  * with every other rank for up to `grace` seconds, and writes to buf which
  * ranks reached the stalled operation and which did not (the late ones).
- * Returns true on the lowest rank that arrived: the one to print the report. */
+ * Returns true on the rank that timed out first of those that arrived (the one
+ * that saw the fault; ties: the lower rank): the one to print the report. The
+ * others should give it a moment to print before they end the job. */
 bool dt_comm_diagnose(dt_comm *c, double grace, char *buf, size_t n);
 
 /* ---- point-to-point ------------------------------------------------------------ */

@@ -255,7 +255,13 @@ _Noreturn void dt_comm_abort(dt_comm *c, int code) {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     if (init) MPI_Finalized(&fin);
-    if (init && !fin) MPI_Abort(c && c->is_mpi ? c->mc : MPI_COMM_WORLD, code);
+    if (init && !fin) {
+        /* mpirun forwards our stderr through a pipe it reads in its own time;
+         * an abort that reaches it first loses the line that says why. */
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        MPI_Abort(c && c->is_mpi ? c->mc : MPI_COMM_WORLD, code);
+    }
     _exit(code);
 }
 

@@ -3,8 +3,13 @@
  * every rank that timed out says "I am here" to every other rank and listens
  * for a grace period: the ranks that answer have reached the stalled operation
  * (or are stuck further along); those that stay silent are the late ones.
- * Messages are 16 bytes (eager), on their own tag, so a silent peer never
- * blocks the sender; unanswered requests are cancelled and freed. */
+ * Messages are 24 bytes (eager), on their own tag, so a silent peer never
+ * blocks the sender; unanswered requests are cancelled and freed.
+ *
+ * One rank prints the report: the first to time out (the one that saw the
+ * fault itself; the others timed out waiting on it), ties broken by the lower
+ * rank. Every rank that hears from it knows that, and the first one ends its
+ * grace period first, so it is done before the others give up. */
 #include "comm/comm_internal.h"
 
 #include <stdio.h>
@@ -38,9 +43,12 @@ bool dt_comm_diagnose(dt_comm *c, double grace, char *buf, size_t n) {
     }
     int p = c->size;
     MPI_Request *rr = dt_calloc((size_t)p, sizeof *rr), *sr = dt_calloc((size_t)p, sizeof *sr);
-    int64_t(*in)[2] = dt_calloc((size_t)p, sizeof *in);
+    int64_t(*in)[3] = dt_calloc((size_t)p, sizeof *in);
     unsigned char *here = dt_calloc((size_t)p, 1);
-    int64_t out[2] = {c->step, c->world[c->rank]};
+    /* Wall-clock microseconds: comparable across hosts as far as their clocks agree. */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t out[3] = {c->step, c->world[c->rank], (int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000};
     bool reporter = true;
     if (!rr || !sr || !in || !here) {
         snprintf(buf, n, "out of memory diagnosing the hang");
@@ -50,8 +58,8 @@ bool dt_comm_diagnose(dt_comm *c, double grace, char *buf, size_t n) {
     here[c->rank] = 1;
     for (int r = 0; r < p; r++) {
         if (r == c->rank) continue;
-        MPI_Irecv(in[r], 2, MPI_INT64_T, r, DT_TAG_DIAG, c->mc, &rr[r]);
-        MPI_Isend(out, 2, MPI_INT64_T, r, DT_TAG_DIAG, c->mc, &sr[r]);
+        MPI_Irecv(in[r], 3, MPI_INT64_T, r, DT_TAG_DIAG, c->mc, &rr[r]);
+        MPI_Isend(out, 3, MPI_INT64_T, r, DT_TAG_DIAG, c->mc, &sr[r]);
     }
     double t0 = dt_now();
     int answered = 0;
@@ -74,8 +82,9 @@ bool dt_comm_diagnose(dt_comm *c, double grace, char *buf, size_t n) {
         }
         if (sr[r] != MPI_REQUEST_NULL) MPI_Request_free(&sr[r]);
     }
-    for (int r = 0; r < c->rank; r++)
-        if (here[r]) reporter = false; /* a lower rank that arrived reports */
+    for (int r = 0; r < p; r++)
+        if (r != c->rank && here[r] && (in[r][2] < out[2] || (in[r][2] == out[2] && r < c->rank)))
+            reporter = false; /* an earlier rank reports */
     char a[256], l[256];
     int na = list_ranks(a, sizeof a, c, here, 1);
     int nl = list_ranks(l, sizeof l, c, here, 0);

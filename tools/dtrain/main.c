@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXIT_RUN 1
@@ -405,8 +406,14 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
             char what[1024], report[600];
             snprintf(what, sizeof what, "%s", dt_error_msg());
             double grace = c.cfg.timeout < 5 ? c.cfg.timeout : 5;
-            if (dt_comm_diagnose(world, grace, report, sizeof report))
+            if (dt_comm_diagnose(world, grace, report, sizeof report)) {
                 fprintf(stderr, "%s: %s; %s\n", g_cmd, what, report);
+            } else {
+                /* The reporter is still printing: ending the job now could
+                 * take its line down with it. Its own abort usually ends us. */
+                struct timespec ts = {2, 0};
+                nanosleep(&ts, NULL);
+            }
         } else if (rank == 0 || comm_fault) {
             if (size > 1) fprintf(stderr, "%s: rank %d: %s\n", g_cmd, rank, dt_error_msg());
             else fprintf(stderr, "%s: %s\n", g_cmd, dt_error_msg());
