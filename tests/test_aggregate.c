@@ -5,10 +5,31 @@
 
 #include <string.h>
 
+/* Reference order statistics: sort each coordinate's n values with qsort. */
+static int cmpf(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+static void ref_rule(float *out, const float *v, int n, size_t P, int B) {
+    float col[64];
+    for (size_t j = 0; j < P; j++) {
+        for (int i = 0; i < n; i++) col[i] = v[(size_t)i * P + j];
+        qsort(col, (size_t)n, sizeof(float), cmpf);
+        if (B < 0) out[j] = n % 2 ? col[n / 2] : 0.5f * (col[n / 2 - 1] + col[n / 2]);
+        else {
+            double s = 0;
+            for (int i = B; i < n - B; i++) s += col[i];
+            out[j] = (float)(s / (double)(n - 2 * B));
+        }
+    }
+}
+static uint64_t rs = 88172645463325252ull;
+static float urand(void) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 40) / 16777216.0) * 2 - 1; }
+
 int main(void) {
     /* 5 workers, 3 coordinates; worker 4 is an outlier. */
     float v[5 * 3] = {1, 10, -1,  2, 11, -2,  3, 12, -3,  4, 13, -4,  1000, -1000, 1000};
-    float out[3], scratch[128];
+    float out[3], scratch[2048];
     dt_agg a;
     test_cond("parse median", dt_agg_parse("median", &a) == DT_OK && a.kind == DT_AGG_MEDIAN);
     dt_agg_apply(&a, out, v, 5, 3, scratch);
@@ -33,6 +54,68 @@ int main(void) {
     dt_agg_apply(&a, out, v, 5, 3, scratch);
     float mk[3] = {2.5f, 11.5f, -2.5f}; /* the four honest workers averaged */
     test_close("multi-krum (M = n - F)", out, mk, 3, 1e-6, 0);
+
+    /* The sorting network (n <= 16) and the insertion sort (n > 16) agree with
+     * qsort on every coordinate, for P not a multiple of the 64-wide blocks. */
+    {
+        size_t P = 203;
+        float *vv = malloc(40 * P * sizeof(float)), *o1 = malloc(P * sizeof(float)), *o2 = malloc(P * sizeof(float));
+        int bad = 0;
+        for (int n = 3; n <= 40; n += (n < 18 ? 1 : 11)) {
+            for (size_t j = 0; j < (size_t)n * P; j++) vv[j] = urand() * (j % 7 == 0 ? 1000.0f : 1.0f);
+            vv[5] = vv[P + 5]; /* ties */
+            dt_agg r = {DT_AGG_MEDIAN, 0, 0, 0};
+            float *sc = malloc(dt_agg_scratch_floats(&r, n, P) * sizeof(float));
+            dt_agg_apply(&r, o1, vv, n, P, sc);
+            ref_rule(o2, vv, n, P, -1);
+            bad += memcmp(o1, o2, P * sizeof(float)) != 0;
+            free(sc);
+            r = (dt_agg){DT_AGG_TRIMMED, (n - 1) / 3, 0, 0};
+            sc = malloc(dt_agg_scratch_floats(&r, n, P) * sizeof(float));
+            dt_agg_apply(&r, o1, vv, n, P, sc);
+            ref_rule(o2, vv, n, P, r.param);
+            bad += memcmp(o1, o2, P * sizeof(float)) != 0;
+            free(sc);
+        }
+        test_cond("median and trimmed mean equal a qsort reference for n = 3..40", bad == 0);
+        free(vv);
+        free(o1);
+        free(o2);
+    }
+
+    /* Nearest-neighbour mixing: 4 honest workers near (1, 2) and one far away.
+     * Each honest vector's 4 nearest are the honest ones, so every mixed honest
+     * vector is their mean, and the median of the mixed vectors is that mean. */
+    {
+        float hv[5 * 2] = {0.5f, 2.5f,  1.5f, 1.5f,  1.0f, 2.0f,  -100, 500,  1.2f, 2.4f};
+        float o[2], sc[4096];
+        dt_agg r;
+        test_cond("parse median", dt_agg_parse("median", &r) == DT_OK);
+        test_cond("parse nnm", dt_agg_parse_pre("nnm:1", &r) == DT_OK && r.nnm == 1);
+        test_cond("scratch fits", dt_agg_scratch_floats(&r, 5, 2) <= 4096);
+        dt_agg_apply(&r, o, hv, 5, 2, sc);
+        float hm[2] = {1.05f, 2.1f};
+        test_close("nnm:1 + median = the honest mean", o, hm, 2, 1e-6, 0);
+        /* Without mixing the median picks one worker's value per coordinate. */
+        r.nnm = 0;
+        dt_agg_apply(&r, o, hv, 5, 2, sc);
+        test_cond("the plain median of these is (1.0, 2.4), not the honest mean", o[0] == 1.0f && o[1] == 2.4f);
+        /* nnm (F from the rule): median tolerates (5-1)/2 = 2, so 3 neighbours. */
+        test_cond("parse nnm", dt_agg_parse_pre("nnm", &r) == DT_OK && r.nnm == -1);
+        test_cond("nnm with median on 5 accepted", dt_agg_check(&r, 5) == DT_OK);
+        test_cond("nnm:3 on 5 refused (n >= 2F+1)", dt_agg_parse_pre("nnm:3", &r) == DT_OK && dt_agg_check(&r, 5) != DT_OK);
+        dt_agg mn;
+        test_cond("nnm with mean refused", dt_agg_parse("mean", &mn) == DT_OK && dt_agg_parse_pre("nnm", &mn) == DT_OK &&
+                                            dt_agg_check(&mn, 5) != DT_OK);
+        test_cond("nnm junk refused", dt_agg_parse_pre("nnm:0", &r) != DT_OK && dt_agg_parse_pre("knn", &r) != DT_OK);
+        /* krum and trimmed after mixing */
+        test_cond("parse trimmed", dt_agg_parse("trimmed:1", &r) == DT_OK && dt_agg_parse_pre("nnm", &r) == DT_OK);
+        dt_agg_apply(&r, o, hv, 5, 2, sc);
+        test_close("nnm + trimmed:1 = the honest mean", o, hm, 2, 1e-6, 0);
+        test_cond("parse krum", dt_agg_parse("krum:1", &r) == DT_OK && dt_agg_parse_pre("nnm", &r) == DT_OK);
+        dt_agg_apply(&r, o, hv, 5, 2, sc);
+        test_close("nnm + krum:1 = the honest mean", o, hm, 2, 1e-6, 0);
+    }
 
     /* Refusals. */
     test_cond("trimmed:2 with 4 workers refused", dt_agg_parse("trimmed:2", &a) == DT_OK && dt_agg_check(&a, 4) != DT_OK);

@@ -17,11 +17,66 @@ D="--model mlp --hidden 64,32 --batch 48 --steps 12 --lr 0.05 --log-every 1 --qu
 run bstatic -n 2 $D && run bdyn -n 2 $D --balance dynamic --inject slow:rank=1:factor=3 && {
   msg=$(close_after "$tmp/bstatic" "$tmp/bdyn" 0 1e-4) && ok "--balance dynamic with a 3x slower worker: same training, $msg" || fail "dynamic balance: $msg"; }
 
+# worker momentum: every worker keeps its own SGD momentum (weight decay, Nesterov)
+# and sends that; with mean aggregation it is SGD with momentum on the mean
+# gradient up to rounding, for data parallelism and the BSP parameter server
+W="--model mlp --hidden 64,32 --batch 60 --steps 20 --lr 0.05 --momentum 0.9 --nesterov --weight-decay 1e-3 --log-every 1 --quiet --eval-every 0"
+for kind in dp ps; do
+  [ $kind = dp ] && L="-n 3" || L="-n 4 --strategy ps --servers 1 --consistency bsp"
+  run ${kind}_wm_off $L $W --aggregate mean --worker-momentum off && run ${kind}_wm_on $L $W --aggregate mean --worker-momentum on && {
+    if msg=$(close_after "$tmp/${kind}_wm_off" "$tmp/${kind}_wm_on" 0 1e-5) &&
+       d=$("$dt" diff "$tmp/${kind}_wm_off/model.safetensors" "$tmp/${kind}_wm_on/model.safetensors" --rtol 1e-4 --atol 1e-6); then
+      ok "$kind: worker momentum with mean aggregation equals server-side momentum: $msg ($d)"
+    else fail "$kind: worker momentum vs optimizer momentum: $msg $d"; fi; }
+done
+# ... and with a robust aggregate it changes the run (the median of 3 momenta is not the momentum of the median)
+run dp_med_off -n 3 $W --aggregate median --worker-momentum off && run dp_med_on -n 3 $W --aggregate median &&
+  { cmp -s "$tmp/dp_med_off/model.safetensors" "$tmp/dp_med_on/model.safetensors" &&
+      fail "--aggregate median: worker momentum (auto) changed nothing" ||
+      ok "--aggregate median turns worker momentum on by itself (a different run from --worker-momentum off)"; }
+# nearest-neighbour mixing on the BSP parameter server aggregates like data parallelism
+run dp_nnm -n 5 $W --aggregate trimmed:1 --pre-aggregate nnm --inject byzantine:rank=3:mode=signflip &&
+  run ps_nnm -n 6 --strategy ps --servers 1 --consistency bsp $W --aggregate trimmed:1 --pre-aggregate nnm --inject byzantine:rank=3:mode=signflip && {
+    if msg=$("$dt" diff "$tmp/dp_nnm/model.safetensors" "$tmp/ps_nnm/model.safetensors" --rtol 1e-5 --atol 1e-7); then
+      ok "nnm + trimmed:1 with a sign-flipping worker: parameter server = data parallelism ($msg)"
+    else fail "nnm on the parameter server vs data parallelism: $msg"; fi; }
+# resume is exact: every worker's buffer is in the checkpoint (data parallelism and parameter server)
+R="--model mlp --hidden 64 --batch 60 --steps 30 --lr 0.05 --quiet --eval-every 0 --aggregate median"
+exact_wm() { local name=$1; shift
+  run "${name}_a" "$@" $R || { fail "$name: uninterrupted run"; return; }
+  run "${name}_b" "$@" $R --ckpt-dir "$tmp/${name}_ck" --ckpt-every 10 --inject crash:rank=1:step=28 --max-restarts 1 --resume auto ||
+    { fail "$name: supervised run"; return; }
+  grep -q "resuming" "$tmp/${name}_b.log" || { fail "$name: never resumed"; return; }
+  if m=$("$dt" diff "$tmp/${name}_a/model.safetensors" "$tmp/${name}_b/model.safetensors" --rtol 0 --atol 0) &&
+     "$dt" inspect "$tmp/${name}_ck/ckpt-0000000030" 2>&1 | grep -q "momentum.worker.2"; then
+    ok "$name: killed at step 28, resumed with every worker's momentum, bitwise equal to the run without a crash ($m)"
+  else fail "$name: $m"; fi; }
+exact_wm wm_dp -n 3
+exact_wm wm_ps -n 4 --strategy ps --servers 1 --consistency bsp
+# another layout: 3 workers' momenta -> their mean on each of 4 workers, and the
+# optimizer's momentum of a run without worker momentum -> every worker
+run wm_4 -n 4 $R --steps 40 --resume "$tmp/wm_dp_ck/ckpt-0000000030" &&
+  grep -q "every worker starts from the mean of the 3 worker momenta" "$tmp/wm_4.log" &&
+  ok "3 -> 4 workers: every worker starts from the mean of the 3 momenta" || fail "3 -> 4 worker momentum resume: $(tail -2 "$tmp/wm_4.log")"
+run srv_m -n 3 $R --aggregate mean --ckpt-dir "$tmp/srv_ck" &&
+  run srv_to_wm -n 3 $R --aggregate median --steps 40 --resume "$tmp/srv_ck/ckpt-0000000030" &&
+  grep -q "every worker starts from the optimizer's momentum" "$tmp/srv_to_wm.log" &&
+  run wm_to_srv -n 3 $R --aggregate mean --steps 40 --resume "$tmp/wm_dp_ck/ckpt-0000000030" &&
+  grep -q "the optimizer's momentum is the mean of the 3 workers' momenta" "$tmp/wm_to_srv.log" &&
+  ok "optimizer momentum <-> worker momenta across a resume" || fail "momentum across worker/optimizer resume"
+
 # configurations whose guarantee cannot hold are refused
 expect "needs more than 4 workers" -n 4 $S --aggregate trimmed:2
 expect "needs at least 5 workers" -n 4 $S --aggregate krum:1
 expect "needs at least 3 workers" -n 2 $S --aggregate median
 expect "plain data parallelism" -n 2 $S --strategy localsgd:2 --zero 1
 expect "must be mean, median" $S --aggregate best
+expect "pre-aggregate nnm needs a robust --aggregate" -n 3 $S --pre-aggregate nnm
+expect "pre-aggregate nnm needs a robust --aggregate" -n 3 $S --aggregate mean --pre-aggregate nnm:1
+expect "nnm:2 needs at least 5 workers" -n 4 $S --aggregate trimmed:1 --pre-aggregate nnm:2
+expect "must be none, nnm or nnm:F" -n 3 $S --aggregate median --pre-aggregate bucket
+expect "worker-momentum on is for robust aggregation" -n 3 $S --worker-momentum on
+expect "worker-momentum on needs --optim sgd with --momentum" -n 3 $S --aggregate median --worker-momentum on
+expect "worker-momentum must be auto, on or off" -n 3 $S --aggregate median --worker-momentum yes
 
 finish

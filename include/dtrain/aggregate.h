@@ -9,6 +9,14 @@
  *               workers (Multi-Krum; M defaults to n-F, M = 1 is the original
  *               Krum, whose single-worker pick has n times the variance):
  *               tolerates f <= F, needs n >= 2F+3
+ *
+ * Pre-aggregation (--pre-aggregate nnm[:F]): nearest-neighbour mixing (Allouah
+ * et al., AISTATS 2023) first replaces every vector by the mean of its n-F
+ * nearest vectors (itself included, squared Euclidean distance); the rule then
+ * runs on the mixed vectors. An honest vector's neighbours are mostly honest,
+ * so the mixed honest vectors lie close to the honest mean and a coordinate-
+ * wise rule no longer has to pick one of n noisy values; F defaults to what
+ * the rule tolerates (trimmed: B, krum: F, median: (n-1)/2).
  * Deterministic: every rank given the same vectors computes the same bits. */
 #ifndef DTRAIN_AGGREGATE_H
 #define DTRAIN_AGGREGATE_H
@@ -25,12 +33,17 @@ typedef struct dt_agg {
     dt_agg_kind kind;
     int param;               /* B for trimmed, F for krum */
     int m;                   /* krum: workers averaged (0: n - F) */
+    int nnm;                 /* nearest-neighbour mixing first: 0 none, -1 F from the rule, else F */
 } dt_agg;
 
 /* "mean", "median", "trimmed:B", "krum:F". */
 dt_status dt_agg_parse(const char *s, dt_agg *out);
+/* --pre-aggregate: "none", "nnm" or "nnm:F" into a->nnm. */
+dt_status dt_agg_parse_pre(const char *s, dt_agg *a);
 /* Refuses configurations whose guarantee cannot hold with n workers. */
 dt_status dt_agg_check(const dt_agg *a, int n);
+/* Bad workers the configuration tolerates with n workers (0 for mean). */
+int dt_agg_tolerated(const dt_agg *a, int n);
 /* out (P) from vecs (n x P). scratch: dt_agg_scratch_floats(a, n, P) floats.
  * Returns the index Krum chose (-1 for the other rules). */
 int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P, float *scratch);

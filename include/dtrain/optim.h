@@ -51,6 +51,17 @@ void dt_optim_begin_step(dt_optim *o);
 void dt_optim_update(dt_optim *o, float *w, const float *g, size_t state_off, size_t n,
                      float lr, float wd);
 
+/* ---- worker momentum ---------------------------------------------------------
+ * One worker's share of SGD with momentum, for robust aggregation (Karimireddy,
+ * He & Jaggi 2021; El-Mhamdi et al. 2021): the worker keeps its own buffer and
+ * turns its gradient g (in place) into the direction SGD would step along,
+ *   d = g + wd*w;  buf = buf*momentum + d;  g = nesterov ? d + momentum*buf : buf
+ * (buf starts at 0, which equals PyTorch's first-step copy), so that an
+ * aggregate of the workers' directions is applied with plain SGD (momentum 0,
+ * no weight decay). With mean aggregation this is SGD with momentum on the mean
+ * gradient up to rounding (everything is linear). */
+void dt_sgd_direction(const dt_optim_cfg *c, const float *w, float *g, float *buf, size_t n, float wd);
+
 /* ---- learning-rate schedule: linear warm-up then cosine decay ------------- */
 typedef struct dt_lr_sched {
     float lr;           /* peak */

@@ -73,6 +73,9 @@ typedef struct dt_train_cfg {
     dt_strategy strategy;    /* sync data parallelism [sync], or local SGD */
     int local_h;             /* local SGD: average parameters every H steps */
     dt_agg agg;              /* Byzantine-robust aggregation (DT_AGG_NONE: bucketed all-reduce) */
+    int worker_momentum;     /* with --aggregate: each worker keeps its own SGD momentum and
+                              * sends its direction (-1: auto, on for median, trimmed and krum
+                              * when SGD has momentum; 0 off; 1 on) [-1] */
     bool balance_dynamic;    /* split each global batch by measured worker speed */
     int hogwild_threads;     /* --strategy hogwild: threads sharing one parameter arena */
     dt_ps_cfg ps;            /* --strategy ps: servers, consistency */
@@ -101,6 +104,8 @@ typedef struct dt_train_result {
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);
 dt_status dt_train_cfg_check(const dt_train_cfg *c);
+/* Whether the run aggregates worker momenta (worker_momentum resolved). */
+bool dt_train_worker_momentum(const dt_train_cfg *c);
 /* Trains on the ranks of `comm` (a self communicator for one process). Every
  * rank calls it; rank 0 alone prints progress and writes outputs. */
 dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *res);

@@ -53,3 +53,15 @@ void dt_sgd_update(const dt_optim *o, float *w, const float *g, float *buf, size
         SGD_CASES(SGD_MOMENTUM);
     }
 }
+
+void dt_sgd_direction(const dt_optim_cfg *c, const float *restrict w, float *restrict g, float *restrict buf, size_t n,
+                      float wd) {
+    const float mom = c->momentum;
+    const bool nesterov = c->nesterov;
+    for (size_t i = 0; i < n; i++) {
+        const float d = wd != 0.0f ? dt_muladd(wd, w[i], g[i]) : g[i];
+        const float b = buf[i] * mom + d;
+        buf[i] = b;
+        g[i] = nesterov ? dt_muladd(mom, b, d) : b;
+    }
+}

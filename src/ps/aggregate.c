@@ -1,6 +1,7 @@
 /* Byzantine-robust aggregation (see include/dtrain/aggregate.h). Per coordinate
- * the n values are sorted with an insertion sort (n is the number of workers:
- * small), in a fixed order, so every rank gets the same bits. */
+ * the n values are sorted in a fixed order, so every rank gets the same bits:
+ * up to 16 workers by an odd-even transposition network run on 64 coordinates
+ * at once (branch-free min/max, vectorised), beyond by an insertion sort. */
 #include "dtrain/aggregate.h"
 
 #include <stdio.h>
@@ -37,7 +38,43 @@ dt_status dt_agg_parse(const char *s, dt_agg *out) {
     return DT_OK;
 }
 
+dt_status dt_agg_parse_pre(const char *s, dt_agg *a) {
+    char *end;
+    if (strcmp(s, "none") == 0) a->nnm = 0;
+    else if (strcmp(s, "nnm") == 0) a->nnm = -1;
+    else if (strncmp(s, "nnm:", 4) == 0) {
+        long v = strtol(s + 4, &end, 10);
+        if (end == s + 4 || *end || v < 1 || v > 100000)
+            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate %s: nnm:F needs F >= 1 (bad workers tolerated)", s);
+        a->nnm = (int)v;
+    } else {
+        return dt_errorf(DT_ERR_INVALID, "--pre-aggregate must be none, nnm or nnm:F, got '%s'", s);
+    }
+    return DT_OK;
+}
+
+int dt_agg_tolerated(const dt_agg *a, int n) {
+    switch (a->kind) {
+    case DT_AGG_MEDIAN: return (n - 1) / 2;
+    case DT_AGG_TRIMMED:
+    case DT_AGG_KRUM: return a->param;
+    default: return 0;
+    }
+}
+
+static int nnm_f(const dt_agg *a, int n) { return a->nnm < 0 ? dt_agg_tolerated(a, n) : a->nnm; }
+
 dt_status dt_agg_check(const dt_agg *a, int n) {
+    if (a->nnm) {
+        if (a->kind != DT_AGG_MEDIAN && a->kind != DT_AGG_TRIMMED && a->kind != DT_AGG_KRUM)
+            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm needs a robust --aggregate (median, trimmed:B or krum:F): "
+                                             "the mean of the mixed vectors still follows a bad one");
+        if (n > 256) return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm supports at most 256 workers");
+        int f = nnm_f(a, n);
+        if (f < 1 || n < 2 * f + 1)
+            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm:%d needs at least %d workers (n >= 2F+1, F >= 1), got %d", f,
+                             2 * (f > 1 ? f : 1) + 1, n);
+    }
     switch (a->kind) {
     case DT_AGG_MEDIAN:
         if (n < 3) return dt_errorf(DT_ERR_INVALID, "--aggregate median needs at least 3 workers to tolerate one bad one (f < n/2), got %d", n);
@@ -58,9 +95,25 @@ dt_status dt_agg_check(const dt_agg *a, int n) {
     }
 }
 
+/* Floats of the rule's own scratch (Krum: distances and scores as doubles;
+ * median and trimmed mean: one block of 64 coordinates per worker). */
+static size_t rule_scratch(const dt_agg *a, int n) {
+    size_t nn = (size_t)n * (size_t)n * 2 + 2 * (size_t)n;
+    if (a->kind == DT_AGG_KRUM) return nn;
+    if (a->kind == DT_AGG_MEDIAN || a->kind == DT_AGG_TRIMMED) return (size_t)n * 64;
+    return 1;
+}
+
+/* NNM's mixed vectors sit after the rule's scratch (and its distance matrix). */
+static size_t mixed_at(const dt_agg *a, int n) {
+    size_t r = rule_scratch(a, n), nn = (size_t)n * (size_t)n * 2;
+    if (r < nn) r = nn;
+    return (r + 15) & ~(size_t)15;
+}
+
 size_t dt_agg_scratch_floats(const dt_agg *a, int n, size_t P) {
-    if (a->kind == DT_AGG_KRUM) return (size_t)n * (size_t)n * 2 + 2 * (size_t)n; /* distances, scores (doubles) */
-    return (size_t)n;
+    if (!a->nnm) return rule_scratch(a, n);
+    return mixed_at(a, n) + (size_t)n * P;
 }
 
 static void sort_small(float *v, int n) {
@@ -75,38 +128,100 @@ static void sort_small(float *v, int n) {
     }
 }
 
-int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P, float *scratch) {
-    switch (a->kind) {
-    case DT_AGG_MEDIAN:
-    case DT_AGG_TRIMMED: {
-        int B = a->kind == DT_AGG_TRIMMED ? a->param : 0;
-        for (size_t j = 0; j < P; j++) {
-            for (int i = 0; i < n; i++) scratch[i] = vecs[(size_t)i * P + j];
-            sort_small(scratch, n);
-            if (a->kind == DT_AGG_MEDIAN) {
-                out[j] = n % 2 ? scratch[n / 2] : 0.5f * (scratch[n / 2 - 1] + scratch[n / 2]);
+/* Squared distances between the n vectors into d (n x n doubles). */
+static void distances(double *d, const float *vecs, int n, size_t P) {
+    for (int i = 0; i < n; i++) {
+        d[(size_t)i * n + i] = 0;
+        for (int k = i + 1; k < n; k++) {
+            const float *x = vecs + (size_t)i * P, *y = vecs + (size_t)k * P;
+            double s = 0;
+            for (size_t j = 0; j < P; j++) {
+                double t = (double)x[j] - (double)y[j];
+                s += t * t;
+            }
+            d[(size_t)i * n + k] = d[(size_t)k * n + i] = s;
+        }
+    }
+}
+
+/* Nearest-neighbour mixing: mixed_i = mean of the n-f vectors nearest to
+ * vector i (itself first; ties: the lower index). */
+static void nnm(float *mixed, const float *vecs, int n, size_t P, int f, double *d) {
+    distances(d, vecs, n, P);
+    int keep = n - f;
+    float inv = 1.0f / (float)keep;
+    for (int i = 0; i < n; i++) {
+        bool taken[256] = {false};
+        float *o = mixed + (size_t)i * P;
+        memset(o, 0, P * sizeof(float));
+        for (int k = 0; k < keep; k++) {
+            int best = -1;
+            for (int q = 0; q < n; q++)
+                if (!taken[q] && (best < 0 || d[(size_t)i * n + q] < d[(size_t)i * n + best])) best = q;
+            taken[best] = true;
+            const float *x = vecs + (size_t)best * P;
+            for (size_t j = 0; j < P; j++) o[j] += x[j];
+        }
+        for (size_t j = 0; j < P; j++) o[j] *= inv;
+    }
+}
+
+/* Median (B < 0) or trimmed mean of B per side, coordinate-wise. */
+static void order_stat(float *restrict out, const float *restrict vecs, int n, size_t P, int B, float *restrict t) {
+    enum { J = 64 };
+    for (size_t j0 = 0; j0 < P; j0 += J) {
+        size_t J1 = P - j0 < J ? P - j0 : J;
+        if (n <= 16) {
+            /* t[i][0..J): worker i's values; n passes of compare-exchange sort them. */
+            for (int i = 0; i < n; i++) {
+                memcpy(t + (size_t)i * J, vecs + (size_t)i * P + j0, J1 * sizeof(float));
+                for (size_t x = J1; x < J; x++) t[(size_t)i * J + x] = 0;
+            }
+            for (int pass = 0; pass < n; pass++)
+                for (int i = pass & 1; i + 1 < n; i += 2) {
+                    float *restrict a = t + (size_t)i * J, *restrict b = a + J;
+                    for (int x = 0; x < J; x++) {
+                        float lo = a[x] < b[x] ? a[x] : b[x], hi = a[x] < b[x] ? b[x] : a[x];
+                        a[x] = lo;
+                        b[x] = hi;
+                    }
+                }
+        } else {
+            float col[256];
+            for (size_t x = 0; x < J1; x++) {
+                for (int i = 0; i < n; i++) col[i] = vecs[(size_t)i * P + j0 + x];
+                sort_small(col, n);
+                for (int i = 0; i < n; i++) t[(size_t)i * J + x] = col[i];
+            }
+        }
+        for (size_t x = 0; x < J1; x++) {
+            if (B < 0) {
+                out[j0 + x] = n % 2 ? t[(size_t)(n / 2) * J + x] : 0.5f * (t[(size_t)(n / 2 - 1) * J + x] + t[(size_t)(n / 2) * J + x]);
             } else {
                 double s = 0;
-                for (int i = B; i < n - B; i++) s += scratch[i];
-                out[j] = (float)(s / (double)(n - 2 * B));
+                for (int i = B; i < n - B; i++) s += t[(size_t)i * J + x];
+                out[j0 + x] = (float)(s / (double)(n - 2 * B));
             }
         }
-        return -1;
     }
+}
+
+int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P, float *scratch) {
+    if (a->nnm && (a->kind == DT_AGG_MEDIAN || a->kind == DT_AGG_TRIMMED || a->kind == DT_AGG_KRUM)) {
+        float *mixed = scratch + mixed_at(a, n);
+        nnm(mixed, vecs, n, P, nnm_f(a, n), (double *)scratch);
+        dt_agg plain = *a;
+        plain.nnm = 0;
+        return dt_agg_apply(&plain, out, mixed, n, P, scratch);
+    }
+    switch (a->kind) {
+    case DT_AGG_MEDIAN:
+    case DT_AGG_TRIMMED:
+        order_stat(out, vecs, n, P, a->kind == DT_AGG_TRIMMED ? a->param : -1, scratch);
+        return -1;
     case DT_AGG_KRUM: {
         double *d = (double *)scratch;
-        for (int i = 0; i < n; i++) {
-            d[(size_t)i * n + i] = 0;
-            for (int k = i + 1; k < n; k++) {
-                const float *x = vecs + (size_t)i * P, *y = vecs + (size_t)k * P;
-                double s = 0;
-                for (size_t j = 0; j < P; j++) {
-                    double t = (double)x[j] - (double)y[j];
-                    s += t * t;
-                }
-                d[(size_t)i * n + k] = d[(size_t)k * n + i] = s;
-            }
-        }
+        distances(d, vecs, n, P);
         int keep = n - a->param - 2;
         double *score = d + (size_t)n * n;
         for (int i = 0; i < n; i++) {

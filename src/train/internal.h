@@ -5,6 +5,7 @@
 #define DTRAIN_TRAIN_INTERNAL_H
 
 #include "dtrain/aggregate.h"
+#include "dtrain/ckpt.h"
 #include "dtrain/data.h"
 #include "dtrain/parallel.h"
 #include "dtrain/pipeline.h"
@@ -30,6 +31,7 @@ typedef struct agg_state {
     dt_agg a;
     float *vecs;      /* (D, P) */
     float *scratch;
+    float *wm;        /* worker momentum: this worker's buffer (P), or NULL */
 } agg_state;
 
 dt_status tr_batch_buf_init(batch_buf *b, const dt_model *m, int B, int T);
@@ -45,6 +47,14 @@ void tr_keep_metrics_upto(const char *path, int64_t step);
 void tr_watchdog_tick(int64_t step);
 bool tr_byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t step);
 dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, agg_state *ag, int64_t step);
+/* Worker momentum: turns this worker's gradient m->g[lo, hi) into its SGD
+ * direction with its buffer buf (P, arena-indexed), per parameter weight decay. */
+void tr_worker_direction(const dt_train_cfg *c, dt_model *m, float *buf, size_t lo, size_t hi);
+/* Resume of the worker momenta (momentum.worker.<i>) into wm, or, when this
+ * rank keeps the momentum in its optimizer (wm NULL), their mean into M with
+ * *have_m set (only when the checkpoint has no optimizer momentum itself). */
+dt_status tr_resume_worker_momentum(const char *path, const dt_ckpt_state *s, float *wm, float *M, bool *have_m,
+                                    int replica, int D, size_t n, bool lead);
 
 dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_comm *world,
                       dt_train_result *res);

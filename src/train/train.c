@@ -37,6 +37,7 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->tp = 1;
     c->ps.servers = 1;
     c->ps.mode = DT_PS_BSP;
+    c->worker_momentum = -1;
     c->pipe.micro_batches = 1;
     c->pipe.schedule = DT_SCHED_1F1B;
     dt_dp_cfg_default(&c->dp);
@@ -58,6 +59,12 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
         dt_optim_cfg_default(&c->optim, DT_OPTIM_SGD);
         c->optim.momentum = 0.9f;
     }
+}
+
+bool dt_train_worker_momentum(const dt_train_cfg *c) {
+    bool sgd_momentum = c->optim.kind == DT_OPTIM_SGD && c->optim.momentum > 0.0f;
+    if (c->worker_momentum >= 0) return c->worker_momentum == 1 && sgd_momentum && c->agg.kind != DT_AGG_NONE;
+    return sgd_momentum && (c->agg.kind == DT_AGG_MEDIAN || c->agg.kind == DT_AGG_TRIMMED || c->agg.kind == DT_AGG_KRUM);
 }
 
 dt_status dt_train_cfg_check(const dt_train_cfg *c) {
@@ -106,6 +113,12 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
         return dt_errorf(DT_ERR_INVALID, "--strategy ps: --balance, --pp, --tp, --zero, --accum and --clip are not supported with the parameter server");
     if (c->strategy == DT_STRATEGY_PS && c->agg.kind != DT_AGG_NONE && c->ps.mode != DT_PS_BSP)
         return dt_errorf(DT_ERR_INVALID, "--aggregate with the parameter server needs --consistency bsp (every step's gradients together)");
+    if (c->agg.nnm && (c->agg.kind == DT_AGG_NONE || c->agg.kind == DT_AGG_MEAN))
+        return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm needs a robust --aggregate (median, trimmed:B or krum:F)");
+    if (c->worker_momentum == 1 && c->agg.kind == DT_AGG_NONE)
+        return dt_errorf(DT_ERR_INVALID, "--worker-momentum on is for robust aggregation: add --aggregate (mean, median, trimmed:B or krum:F)");
+    if (c->worker_momentum == 1 && !(c->optim.kind == DT_OPTIM_SGD && c->optim.momentum > 0.0f))
+        return dt_errorf(DT_ERR_INVALID, "--worker-momentum on needs --optim sgd with --momentum > 0 (AdamW's moments stay with the aggregate)");
     if (c->strategy == DT_STRATEGY_PS && (c->ps.servers < 1 || c->ps.servers > 1024))
         return dt_errorf(DT_ERR_INVALID, "--servers must be in [1, 1024]");
     if (c->strategy == DT_STRATEGY_LOCALSGD && c->ckpt_every % c->local_h)
@@ -419,13 +432,33 @@ void tr_keep_metrics_upto(const char *path, int64_t step) {
 /* ---- Byzantine-robust aggregation ------------------------------------------
  * Every worker's own mean gradient is gathered (an all-gather of D x P floats),
  * a rank told to misbehave (--inject byzantine) corrupts its own first, and
- * every rank computes the same robust aggregate into its gradient arena. */
-
+ * every rank computes the same robust aggregate into its gradient arena.
+ *
+ * With worker momentum each worker first turns its gradient into its own
+ * momentum direction (clipped first, with --clip, by its own norm), and the
+ * aggregate of the directions is applied as plain SGD. A worker's direction
+ * averages ~1/(1-momentum) steps of its gradients, so the honest workers'
+ * vectors lie much closer together than their raw gradients: a coordinate-wise
+ * median or trimmed mean of them is close to their mean, and an attacker has
+ * less room to hide in (Karimireddy, He & Jaggi 2021). */
+void tr_worker_direction(const dt_train_cfg *c, dt_model *m, float *buf, size_t lo, size_t hi) {
+    for (int i = 0; i < m->n_params; i++) {
+        const dt_param *p = &m->params[i];
+        size_t a = p->offset > lo ? p->offset : lo;
+        size_t e = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (a >= e) continue;
+        dt_sgd_direction(&c->optim, m->w + a, m->g + a, buf + a, e - a, p->decay ? c->optim.weight_decay : 0.0f);
+    }
+}
 
 dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, agg_state *ag,
                                   int64_t step) {
     int r = dt_comm_rank(dpc), D = dt_comm_size(dpc);
     size_t P = m->n;
+    if (ag->wm) {
+        if (c->clip > 0) dt_scale(m->g, P, dt_clip_factor(sqrt(dt_sumsq(m->g, P)), c->clip));
+        tr_worker_direction(c, m, ag->wm, 0, P);
+    }
     tr_byzantine_corrupt(c, m, r, step);
     memcpy(ag->vecs + (size_t)r * P, m->g, P * sizeof(float));
     dt_status st = dt_allgather(dpc, ag->vecs, (size_t)D * P, c->dp.algo);
@@ -494,7 +527,43 @@ static dt_status resume_compression(const char *path, const dt_ckpt_state *s, dt
     return DT_OK;
 }
 
-static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full, dt_dp *dp, int64_t pos[2],
+/* Worker momentum (momentum.worker.<replica>, one per rank): on the layout that
+ * wrote them each rank takes its own buffer, on another their mean (the
+ * momentum of the mean gradient); a checkpoint of a run that kept the momentum
+ * in the optimizer gives every worker that buffer (M), and the other way round
+ * the optimizer gets the workers' mean (wm NULL, M filled, *have_m set). */
+dt_status tr_resume_worker_momentum(const char *path, const dt_ckpt_state *s, float *wm, float *M, bool *have_m,
+                                   int replica, int D, size_t n, bool lead) {
+    dt_status st;
+    int count = 0;
+    if (!wm) {
+        if (s->n_states >= 1 || !M) return DT_OK;
+        if ((st = dt_ckpt_sum_extra(path, "momentum.worker.", M, n, &count))) return st;
+        if (!count) return DT_OK;
+        dt_scale(M, n, 1.0f / (float)count);
+        *have_m = true;
+        if (lead) dt_log(DT_LOG_INFO, "the optimizer's momentum is the mean of the %d workers' momenta in %s", count, path);
+        return DT_OK;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "momentum.worker.%d", replica);
+    bool found = false;
+    if (s->dp == D && (st = dt_ckpt_read_extra(path, name, wm, n, &found))) return st;
+    if (found) return DT_OK;
+    if ((st = dt_ckpt_sum_extra(path, "momentum.worker.", wm, n, &count))) return st;
+    if (count) {
+        dt_scale(wm, n, 1.0f / (float)count);
+        if (lead) dt_log(DT_LOG_INFO, "every worker starts from the mean of the %d worker momenta in %s", count, path);
+    } else if (s->n_states >= 1) {
+        memcpy(wm, M, n * sizeof(float));
+        if (lead) dt_log(DT_LOG_INFO, "every worker starts from the optimizer's momentum in %s", path);
+    } else {
+        memset(wm, 0, n * sizeof(float));
+    }
+    return DT_OK;
+}
+
+static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full, dt_dp *dp, float *wm, int64_t pos[2],
                              int64_t *start_step, bool lead, int replica, int D) {
     char path[4096];
     dt_status st;
@@ -541,8 +610,10 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full,
         st = dt_errorf(DT_ERR_INVALID, "%s was written with --seed %llu, not %llu; resume with the same seed",
                        path, (unsigned long long)s.seed, (unsigned long long)c->seed);
     if (!st) st = resume_compression(path, &s, dp, replica, D, m->n, lead);
+    bool have_m = s.n_states >= 1;
+    if (!st && !full) st = tr_resume_worker_momentum(path, &s, wm, M, &have_m, replica, D, m->n, lead);
     if (!st) {
-        dt_dp_set_optim_state(dp, s.n_states >= 1 ? M : NULL, s.n_states >= 2 ? V : NULL, s.optim_t);
+        dt_dp_set_optim_state(dp, have_m ? M : NULL, s.n_states >= 2 ? V : NULL, s.optim_t);
         pos[0] = s.epoch;
         pos[1] = s.index;
         *start_step = s.step;
@@ -766,7 +837,21 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     dcfg.norm_comm = P > 1 ? ppc : NULL;
     dcfg.tp_comm = TP > 1 ? tpc : NULL;
     dcfg.comp.seed = c->seed;
-    if ((st = dt_dp_create(&dp, m, dpc, &dcfg, &c->optim))) goto done;
+    /* Worker momentum: the workers hold the momentum (and the weight decay), the
+     * aggregate is applied as plain SGD. */
+    bool wmom = dt_train_worker_momentum(c);
+    dt_optim_cfg ocfg = c->optim;
+    if (wmom) {
+        ocfg.momentum = 0.0f;
+        ocfg.nesterov = false;
+        ocfg.weight_decay = 0.0f;
+        if (!(ag.wm = dt_alloc_floats(m->n))) {
+            st = dt_errorf(DT_ERR_NOMEM, "out of memory for the worker momentum");
+            goto done;
+        }
+        memset(ag.wm, 0, m->n * sizeof(float));
+    }
+    if ((st = dt_dp_create(&dp, m, dpc, &dcfg, &ocfg))) goto done;
     if (c->dp.comp.comp.kind != DT_COMP_NONE && D == 1 && lead && !quiet)
         dt_log(DT_LOG_INFO, "--compress: one data-parallel rank has nothing to send, so nothing is compressed");
     if ((st = dt_dp_broadcast_params(dp))) goto done;
@@ -777,7 +862,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     if (P > 1 && (st = dt_pipe_create(&pipe, m, ppc, &part, &c->pipe, micro_max))) goto done;
     int64_t start_step = 0;
     res->resumed_from = -1;
-    if (c->resume && (st = resume_from(c, m, TP > 1 ? full : NULL, dp, sampler_pos, &start_step, lead, replica, D))) goto done;
+    if (c->resume && (st = resume_from(c, m, TP > 1 ? full : NULL, dp, ag.wm, sampler_pos, &start_step, lead, replica, D))) goto done;
     if (start_step > 0) res->resumed_from = start_step;
 
     bool byz = false;
@@ -785,7 +870,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     bool gathered = (c->agg.kind != DT_AGG_NONE || byz) && c->strategy != DT_STRATEGY_PS;
     bool per_worker = gathered || c->strategy == DT_STRATEGY_LOCALSGD;
     if (gathered) {
-        ag.a = c->agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0} : c->agg;
+        ag.a = c->agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0, 0} : c->agg;
         if ((st = dt_agg_check(&ag.a, D))) goto done;
         ag.vecs = dt_alloc_floats((size_t)D * m->n);
         ag.scratch = dt_alloc_floats(dt_agg_scratch_floats(&ag.a, D, m->n));
@@ -820,7 +905,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
      * optimizer state is written by every rank under ZeRO-1/2 (each holds a
      * different shard), by replica 0 of each stage under ZeRO-0. */
     int n_writers = 0;
-    /* Error-feedback residuals are per rank: every replica writes its own. */
+    /* Error-feedback residuals and worker momenta are per rank: every replica writes its own. */
     bool ef_ckpt = dt_dp_gc(dp) && dt_gc_error(dt_dp_gc(dp));
     if (c->ckpt_dir) {
         writers = dt_calloc((size_t)world, sizeof(int));
@@ -832,7 +917,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         /* With tensor parallelism the shards are gathered into logical tensors
          * and rank 0 writes them all. */
         for (int r = 0; r < world; r++)
-            if (TP > 1 ? r == 0 : (c->dp.zero || ef_ckpt || (r / TP) % D == 0)) writers[n_writers++] = r;
+            if (TP > 1 ? r == 0 : (c->dp.zero || ef_ckpt || wmom || (r / TP) % D == 0)) writers[n_writers++] = r;
         for (int i = 0; i < m->n_params; i++)
             pmask[i] = TP > 1 ? rank == 0 : (replica == 0 && smask[i]);
         if (TP > 1) {
@@ -956,7 +1041,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if (gathered && (st = tr_robust_aggregate(c, m, dpc, &ag, step + 1))) goto done;
         double tc1 = dt_now();
         float lr = dt_lr_at(&sched, step);
-        if ((st = dt_dp_step(dp, lr, c->clip, NULL))) goto done;
+        if ((st = dt_dp_step(dp, lr, ag.wm ? 0.0f : c->clip, NULL))) goto done;
         if (c->strategy == DT_STRATEGY_LOCALSGD && D > 1 && (step + 1) % c->local_h == 0) {
             /* Local SGD: the workers' parameters are averaged every H steps
              * (optimizer state stays local). */
@@ -987,11 +1072,22 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             dt_dp_shard(dp, &shard);
             /* Compression state as extra tensors; under ZeRO-0 only replica 0
              * writes optimizer state (the others hold the same copy). */
-            char ef_name[64];
-            const char *xname[2];
-            const float *xdata[2];
-            size_t xlen[2];
+            char ef_name[64], wm_name[64];
+            const char *xname[3];
+            const float *xdata[3];
+            size_t xlen[3];
             dt_gc *gc = dt_dp_gc(dp);
+            if (ag.wm) {
+                /* Worker momentum: every replica's own buffer (the optimizer has none). */
+                snprintf(wm_name, sizeof wm_name, "momentum.worker.%d", replica);
+                xname[shard.n_extra] = wm_name;
+                xdata[shard.n_extra] = ag.wm;
+                xlen[shard.n_extra++] = m->n;
+                shard.extra_name = xname;
+                shard.extra_data = xdata;
+                shard.extra_len = xlen;
+                if (replica != 0) shard.n = 0;
+            }
             if (gc) {
                 if (dt_gc_error(gc)) {
                     snprintf(ef_name, sizeof ef_name, "compress.error.%d", replica);
@@ -1251,6 +1347,7 @@ done:
     for (int k = 0; k < 4; k++) dt_free(gbuf[k]);
     dt_free(ag.vecs);
     dt_free(ag.scratch);
+    dt_free(ag.wm);
     dt_free(bal);
     dt_pipe_destroy(pipe);
     dt_trace_destroy(trace);

@@ -32,6 +32,27 @@ static dt_status ps_server_ckpt(void *ctx, int64_t clock, size_t lo, size_t len,
     return st;
 }
 
+/* Worker momentum under the parameter server: as backward finishes a block,
+ * its gradients become this worker's momentum direction, then the ranges that
+ * are complete go (dt_ps_block_done). */
+typedef struct wm_push {
+    const dt_train_cfg *c;
+    dt_model *m;
+    float *buf;
+    dt_ps_client *cl;
+    size_t done_lo; /* [done_lo, n) already turned into the direction */
+} wm_push;
+
+static void wm_block_done(void *ctx, int block) {
+    wm_push *p = ctx;
+    size_t lo = p->m->blocks[block].param_lo;
+    if (lo < p->done_lo) {
+        tr_worker_direction(p->c, p->m, p->buf, lo, p->done_lo);
+        p->done_lo = lo;
+    }
+    dt_ps_block_done(p->cl, block);
+}
+
 /* ---- parameter server ---------------------------------------------------------------
  * The last --servers ranks serve key ranges (src/ps/ps.c); the workers pull,
  * compute their shard's mean gradient and push each range as backward finishes it. */
@@ -67,6 +88,12 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
      * writes its own); under ASP/SSP a resume is not exact anyway and a lost
      * worker's file would never come, so they start from zero there. */
     bool ef_ckpt = c->ps.mode == DT_PS_BSP && dt_gc_cfg_uses_ef(&c->dp.comp);
+    /* Worker momentum (BSP with --aggregate): the workers hold the momentum and
+     * the weight decay, the servers apply the aggregate as plain SGD; every
+     * worker writes its buffer into the checkpoints. */
+    bool wmom = dt_train_worker_momentum(c);
+    float *wm = NULL;
+    bool own_ckpt = ef_ckpt || wmom;
     if (c->ckpt_dir) {
         int *wr = dt_calloc((size_t)N, sizeof(int));
         if (!wr) {
@@ -75,8 +102,8 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         }
         int nw = 0;
         for (int r = 0; r < N; r++)
-            if (r == 0 || r >= W || ef_ckpt) wr[nw++] = r;
-        if (rank == 0 || rank >= W || ef_ckpt) st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, N, wr, nw, c->ckpt_keep, 10 * c->timeout);
+            if (r == 0 || r >= W || own_ckpt) wr[nw++] = r;
+        if (rank == 0 || rank >= W || own_ckpt) st = dt_ckpt_writer_create(&ckw, c->ckpt_dir, rank, N, wr, nw, c->ckpt_keep, 10 * c->timeout);
         dt_free(wr);
         if (st) goto out;
     }
@@ -92,6 +119,11 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
      * optimizer state, workers the sampler position. */
     int64_t start = 0, pos[2] = {-1, -1};
     char resume_path[4096] = "";
+    dt_ckpt_state rcs = {0};
+    if (wmom && rank < W && !(wm = dt_alloc_floats(m->n))) {
+        st = dt_errorf(DT_ERR_NOMEM, "out of memory for the worker momentum");
+        goto out;
+    }
     if (c->resume) {
         char *path = resume_path;
         if (strcmp(c->resume, "auto") == 0) {
@@ -106,6 +138,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
                 goto out;
             }
             if ((st = dt_ckpt_load(path, m, rM, rV, &cs))) goto out;
+            rcs = cs;
             if (cs.batch != B || cs.optim != c->optim.kind || cs.seed != c->seed) {
                 st = dt_errorf(DT_ERR_INVALID, "%s was written with another global batch, optimizer or seed; resume with the same", path);
                 goto out;
@@ -133,12 +166,21 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
             pc.ckpt_ctx = &pck;
         }
         pc.start_clock = start;
+        dt_optim_cfg ocfg = c->optim;
+        if (wmom) {
+            ocfg.momentum = 0.0f;
+            ocfg.nesterov = false;
+            ocfg.weight_decay = 0.0f;
+        } else if (start > 0) {
+            bool have_m = rcs.n_states >= 1;
+            if ((st = tr_resume_worker_momentum(resume_path, &rcs, NULL, rM, &have_m, 0, W, m->n, rank == W))) goto out;
+        }
         pc.M0 = start > 0 ? rM : NULL;
         pc.V0 = start > 0 ? rV : NULL;
         /* The server's own update count: one per step under BSP, one per push otherwise. */
         pc.t0 = c->ps.mode == DT_PS_BSP ? start : start * W;
         (void)rt;
-        st = dt_ps_serve(m, world, &pc, &c->optim, &sched, hist, lost);
+        st = dt_ps_serve(m, world, &pc, &ocfg, &sched, hist, lost);
     } else {
         int maxB = (B + W - 1) / W;
         dt_ps_cfg pc = c->ps;
@@ -154,11 +196,19 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
             snprintf(name, sizeof name, "compress.error.%d", rank);
             if ((st = dt_ckpt_read_extra(resume_path, name, dt_gc_error(gc), m->n, &found))) goto out;
         }
+        if (wm && start > 0 && resume_path[0]) {
+            bool have_m = false;
+            if ((st = tr_resume_worker_momentum(resume_path, &rcs, wm, rM, &have_m, rank, W, m->n, lead))) goto out;
+        }
+        wm_push wp = {c, m, wm, cl, m->n};
         if ((st = dt_acts_create(&acts, m, 0, m->n_blocks - 1, maxB))) goto out;
         if ((st = tr_batch_buf_init(&bb, m, maxB > 256 ? maxB : 256, d->T))) goto out;
         if ((st = dt_sampler_init(&sp, d->n_train, c->seed, true, false, rank, W))) goto out;
         if (pos[0] >= 0 && (st = dt_sampler_seek(&sp, pos[0], pos[1]))) goto out;
-        if (ckw && (st = dt_optim_create(&dummy, &c->optim, 0))) goto out;
+        /* Rank 0's manifest names the servers' optimizer state: their kind. */
+        dt_optim_cfg scfg = c->optim;
+        if (wmom) scfg.momentum = 0.0f, scfg.nesterov = false, scfg.weight_decay = 0.0f;
+        if (ckw && (st = dt_optim_create(&dummy, &scfg, 0))) goto out;
         if (lead && c->out_dir) {
             char path[4096];
             if ((st = tr_make_dir(c->out_dir))) goto out;
@@ -196,25 +246,41 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
                 }
                 float l = dt_model_forward(m, acts, &b, NULL);
                 /* A Byzantine worker pushes only after corrupting its whole gradient. */
-                dt_model_backward(m, acts, &b, NULL, NULL, byz_me ? NULL : dt_ps_block_done, cl);
+                wp.done_lo = m->n;
+                if (byz_me) dt_model_backward(m, acts, &b, NULL, NULL, NULL, NULL);
+                else if (wm) dt_model_backward(m, acts, &b, NULL, NULL, wm_block_done, &wp);
+                else dt_model_backward(m, acts, &b, NULL, NULL, dt_ps_block_done, cl);
+                if (wm && wp.done_lo > 0) tr_worker_direction(c, m, wm, 0, wp.done_lo);
                 if (byz_me) tr_byzantine_corrupt(c, m, rank, step + 1);
                 win += l;
                 wn++;
+            } else if (wm) {
+                tr_worker_direction(c, m, wm, 0, m->n); /* no samples: the buffer still decays */
             }
             slow_prev = dt_now() - tcomp;
             if ((st = dt_ps_push_end(cl))) break;
             if (c->ckpt_dir && ((c->ckpt_every > 0 && (step + 1) % c->ckpt_every == 0) || step + 1 == total)) {
                 /* A consistent cut: the servers write their ranges; rank 0 the run's state. */
                 if ((st = dt_ps_checkpoint(cl, step + 1))) break;
-                char ef_name[64];
-                const char *xn[1] = {ef_name};
-                const float *xd[1] = {ef_ckpt ? dt_gc_error(dt_ps_client_gc(cl)) : NULL};
-                size_t xl[1] = {m->n};
+                char ef_name[64], wm_name[64];
+                const char *xn[2];
+                const float *xd[2];
+                size_t xl[2] = {m->n, m->n};
+                int nx = 0;
                 snprintf(ef_name, sizeof ef_name, "compress.error.%d", rank);
-                if (ef_ckpt && !lead) {
+                snprintf(wm_name, sizeof wm_name, "momentum.worker.%d", rank);
+                if (ef_ckpt) {
+                    xn[nx] = ef_name;
+                    xd[nx++] = dt_gc_error(dt_ps_client_gc(cl));
+                }
+                if (wm) {
+                    xn[nx] = wm_name;
+                    xd[nx++] = wm;
+                }
+                if (own_ckpt && !lead) {
                     dt_ckpt_state cs = pck.base;
                     cs.step = step + 1;
-                    dt_ckpt_shard mine = {.n = 0, .n_extra = 1, .extra_name = xn, .extra_data = xd, .extra_len = xl};
+                    dt_ckpt_shard mine = {.n = 0, .n_extra = nx, .extra_name = xn, .extra_data = xd, .extra_len = xl};
                     if ((st = dt_ckpt_save_async(ckw, m, dummy, &mine, NULL, &cs))) break;
                 }
                 if (lead) {
@@ -223,7 +289,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
                     cs.epoch = sp.epoch;
                     cs.index = sp.index;
                     cs.optim_t = c->ps.mode == DT_PS_BSP ? step + 1 : (step + 1) * W;
-                    dt_ckpt_shard none = {.n = 0, .n_extra = ef_ckpt, .extra_name = xn, .extra_data = xd, .extra_len = xl};
+                    dt_ckpt_shard none = {.n = 0, .n_extra = nx, .extra_name = xn, .extra_data = xd, .extra_len = xl};
                     if ((st = dt_ckpt_save_async(ckw, m, dummy, &none, NULL, &cs))) break;
                 }
             }
@@ -325,6 +391,7 @@ out:
     dt_optim_destroy(dummy);
     dt_free(rM);
     dt_free(rV);
+    dt_free(wm);
     dt_free(lost);
     if (metrics) fclose(metrics);
     dt_ps_client_destroy(cl);

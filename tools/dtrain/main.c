@@ -182,6 +182,12 @@ static const char *train_help2 =
     "                       asp and ssp:K go on without a worker that dies (worker 0 excepted)\n"
     "  --aggregate mean|median|trimmed:B|krum:F[:M]   gather every worker's gradient and aggregate\n"
     "                       robustly (median: f < n/2; trimmed: f <= B, n > 2B; krum: n >= 2F+3)\n"
+    "  --pre-aggregate none|nnm[:F]   with a robust --aggregate: first replace every worker's vector\n"
+    "                       by the mean of its n-F nearest (nearest-neighbour mixing; F: what\n"
+    "                       the rule tolerates) [none]\n"
+    "  --worker-momentum auto|on|off   with --aggregate and SGD momentum: every worker keeps its\n"
+    "                       own momentum and sends that, the aggregate is applied as plain SGD\n"
+    "                       (auto: on for median, trimmed and krum) [auto]\n"
     "  --balance static|dynamic     dynamic: split each global batch by measured worker speed\n"
     "fault tolerance\n"
     "  --ckpt-dir DIR       write checkpoints under DIR\n"
@@ -276,7 +282,16 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
         } else if (strcmp(f, "--consistency") == 0) { NEEDV();
             if (dt_ps_cfg_parse(v, &t->ps)) rc = usage_error("%s", dt_error_msg());
         } else if (strcmp(f, "--aggregate") == 0) { NEEDV();
+            int pre = t->agg.nnm; /* --pre-aggregate may come first */
             if (dt_agg_parse(v, &t->agg)) rc = usage_error("%s", dt_error_msg());
+            t->agg.nnm = pre;
+        } else if (strcmp(f, "--pre-aggregate") == 0) { NEEDV();
+            if (dt_agg_parse_pre(v, &t->agg)) rc = usage_error("%s", dt_error_msg());
+        } else if (strcmp(f, "--worker-momentum") == 0) { NEEDV();
+            if (strcmp(v, "auto") == 0) t->worker_momentum = -1;
+            else if (strcmp(v, "on") == 0) t->worker_momentum = 1;
+            else if (strcmp(v, "off") == 0) t->worker_momentum = 0;
+            else rc = usage_error("--worker-momentum must be auto, on or off, got '%s'", v);
         } else if (strcmp(f, "--balance") == 0) { NEEDV();
             if (strcmp(v, "static") == 0) t->balance_dynamic = false;
             else if (strcmp(v, "dynamic") == 0) t->balance_dynamic = true;
