@@ -956,6 +956,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     if (!quiet) {
         dt_dp_mem mem;
         dt_dp_memory(dp, &mem);
+        if (ag.wm) mem.optim_bytes += m->n * sizeof(float);
         dt_log(DT_LOG_INFO, "training %s (%zu parameters) on %lld %s, %lld steps of batch %d, %s lr %g%s",
                dt_model_kind_name(m->cfg.kind), m->n, (long long)d.n_train,
                d.lm ? "windows" : "images", (long long)total, B,
@@ -963,6 +964,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if (world > 1)
             dt_log(DT_LOG_INFO, "data parallel on %d ranks: %d buckets, %s, ZeRO-%d, %zu optimizer bytes per rank",
                    world, dt_dp_n_buckets(dp), dt_algo_name(c->dp.algo), c->dp.zero, mem.optim_bytes);
+        if (gathered)
+            dt_log(DT_LOG_INFO, "aggregation: %s%s of the %d workers' %s", c->agg.kind == DT_AGG_NONE ? "mean" : c->agg.kind == DT_AGG_MEAN ? "mean" :
+                   c->agg.kind == DT_AGG_MEDIAN ? "coordinate-wise median" : c->agg.kind == DT_AGG_TRIMMED ? "trimmed mean" : "Multi-Krum",
+                   c->agg.nnm ? " after nearest-neighbour mixing" : "", D, ag.wm ? "momenta (worker momentum)" : "gradients");
     }
 
     double t_win = t0, win_loss = 0, win_compute = 0, slow_prev = 0;
@@ -1265,6 +1270,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     res->eval_loss = eloss;
     res->items_per_s = (double)all_items / (res->seconds > 1e-9 ? res->seconds : 1e-9);
     dt_dp_memory(dp, &res->mem);
+    if (ag.wm) res->mem.optim_bytes += m->n * sizeof(float); /* the worker's momentum is its optimizer state */
     tr_watchdog_tick(-1);
     if (pipe) {
         /* Every stage's schedule statistics, to rank 0. */

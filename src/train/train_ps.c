@@ -207,7 +207,11 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         if (pos[0] >= 0 && (st = dt_sampler_seek(&sp, pos[0], pos[1]))) goto out;
         /* Rank 0's manifest names the servers' optimizer state: their kind. */
         dt_optim_cfg scfg = c->optim;
-        if (wmom) scfg.momentum = 0.0f, scfg.nesterov = false, scfg.weight_decay = 0.0f;
+        if (wmom) {
+            scfg.momentum = 0.0f;
+            scfg.nesterov = false;
+            scfg.weight_decay = 0.0f;
+        }
         if (ckw && (st = dt_optim_create(&dummy, &scfg, 0))) goto out;
         if (lead && c->out_dir) {
             char path[4096];
