@@ -11,7 +11,7 @@ static int cmpf(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 static void ref_rule(float *out, const float *v, int n, size_t P, int B) {
-    float col[64];
+    float col[512];
     for (size_t j = 0; j < P; j++) {
         for (int i = 0; i < n; i++) col[i] = v[(size_t)i * P + j];
         qsort(col, (size_t)n, sizeof(float), cmpf);
@@ -59,9 +59,9 @@ int main(void) {
      * qsort on every coordinate, for P not a multiple of the 64-wide blocks. */
     {
         size_t P = 203;
-        float *vv = malloc(40 * P * sizeof(float)), *o1 = malloc(P * sizeof(float)), *o2 = malloc(P * sizeof(float));
+        float *vv = malloc(300 * P * sizeof(float)), *o1 = malloc(P * sizeof(float)), *o2 = malloc(P * sizeof(float));
         int bad = 0;
-        for (int n = 3; n <= 40; n += (n < 18 ? 1 : 11)) {
+        for (int n = 3; n <= 300; n += (n < 18 ? 1 : n < 40 ? 11 : 260)) {
             for (size_t j = 0; j < (size_t)n * P; j++) vv[j] = urand() * (j % 7 == 0 ? 1000.0f : 1.0f);
             vv[5] = vv[P + 5]; /* ties */
             dt_agg r = {DT_AGG_MEDIAN, 0, 0, 0};
@@ -77,7 +77,7 @@ int main(void) {
             bad += memcmp(o1, o2, P * sizeof(float)) != 0;
             free(sc);
         }
-        test_cond("median and trimmed mean equal a qsort reference for n = 3..40", bad == 0);
+        test_cond("median and trimmed mean equal a qsort reference for n = 3..40 and 300", bad == 0);
         free(vv);
         free(o1);
         free(o2);
@@ -115,6 +115,29 @@ int main(void) {
         test_cond("parse krum", dt_agg_parse("krum:1", &r) == DT_OK && dt_agg_parse_pre("nnm", &r) == DT_OK);
         dt_agg_apply(&r, o, hv, 5, 2, sc);
         test_close("nnm + krum:1 = the honest mean", o, hm, 2, 1e-6, 0);
+    }
+
+    /* A bad worker sending NaN: the rules treat it as the extreme it is (it
+     * would otherwise make every comparison false and land anywhere). */
+    {
+        float nv[5 * 3] = {1, 10, -1,  2, 11, -2,  3, 12, -3,  4, 13, -4,  NAN, NAN, NAN};
+        float o[3], sc[4096];
+        dt_agg r = {DT_AGG_MEDIAN, 0, 0, 0};
+        dt_agg_apply(&r, o, nv, 5, 3, sc);
+        float e1[3] = {3, 12, -2}; /* NaN counts as +inf: the median of the four honest and +inf */
+        test_close("median with a NaN worker", o, e1, 3, 0, 0);
+        r = (dt_agg){DT_AGG_TRIMMED, 1, 0, 0};
+        dt_agg_apply(&r, o, nv + 3, 4, 3, sc); /* workers 2..5: 2, 3, 4, NaN */
+        float e2[3] = {3.5f, 12.5f, -2.5f};
+        test_close("trimmed:1 with a NaN worker", o, e2, 3, 1e-6, 0);
+        r = (dt_agg){DT_AGG_KRUM, 1, 0, 0};
+        float kv[5 * 3] = {NAN, NAN, NAN,  1, 10, -1,  2, 11, -2,  3, 12, -3,  4, 13, -4};
+        dt_agg_apply(&r, o, kv, 5, 3, sc);
+        float e3[3] = {2.5f, 11.5f, -2.5f}; /* the four honest, though the NaN worker is first */
+        test_close("multi-krum with a NaN worker first", o, e3, 3, 1e-6, 0);
+        r = (dt_agg){DT_AGG_MEDIAN, 0, 0, 1};
+        dt_agg_apply(&r, o, kv, 5, 3, sc);
+        test_close("nnm:1 + median with a NaN worker", o, e3, 3, 1e-6, 0);
     }
 
     /* Refusals. */

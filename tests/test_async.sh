@@ -64,6 +64,9 @@ run srv_m -n 3 $R --aggregate mean --ckpt-dir "$tmp/srv_ck" &&
   run wm_to_srv -n 3 $R --aggregate mean --steps 40 --resume "$tmp/wm_dp_ck/ckpt-0000000030" &&
   grep -q "the optimizer's momentum is the mean of the 3 workers' momenta" "$tmp/wm_to_srv.log" &&
   ok "optimizer momentum <-> worker momenta across a resume" || fail "momentum across worker/optimizer resume"
+run wm_to_tp -n 2 --tp 2 --model mlp --hidden 64 --batch 60 --steps 40 --lr 0.05 --quiet --eval-every 0 --resume "$tmp/wm_dp_ck/ckpt-0000000030" &&
+  grep -q "the optimizer's momentum is the mean of the 3 workers' momenta" "$tmp/wm_to_tp.log" &&
+  ok "worker momenta -> a tensor-parallel run's optimizer momentum" || fail "worker momentum -> --tp 2 resume: $(tail -2 "$tmp/wm_to_tp.log")"
 
 # configurations whose guarantee cannot hold are refused
 expect "needs more than 4 workers" -n 4 $S --aggregate trimmed:2
@@ -74,6 +77,8 @@ expect "must be mean, median" $S --aggregate best
 expect "pre-aggregate nnm needs a robust --aggregate" -n 3 $S --pre-aggregate nnm
 expect "pre-aggregate nnm needs a robust --aggregate" -n 3 $S --aggregate mean --pre-aggregate nnm:1
 expect "nnm:2 needs at least 5 workers" -n 4 $S --aggregate trimmed:1 --pre-aggregate nnm:2
+expect "nnm:2 needs at least 5 workers" -n 5 --strategy ps --servers 1 --consistency bsp $S --timeout 20 --aggregate trimmed:1 --pre-aggregate nnm:2
+expect "plans for no bad worker" -n 5 $S --aggregate krum:0 --pre-aggregate nnm
 expect "must be none, nnm or nnm:F" -n 3 $S --aggregate median --pre-aggregate bucket
 expect "worker-momentum on is for robust aggregation" -n 3 $S --worker-momentum on
 expect "worker-momentum on needs --optim sgd with --momentum" -n 3 $S --aggregate median --worker-momentum on

@@ -4,6 +4,7 @@
  * at once (branch-free min/max, vectorised), beyond by an insertion sort. */
 #include "dtrain/aggregate.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,17 +65,7 @@ int dt_agg_tolerated(const dt_agg *a, int n) {
 
 static int nnm_f(const dt_agg *a, int n) { return a->nnm < 0 ? dt_agg_tolerated(a, n) : a->nnm; }
 
-dt_status dt_agg_check(const dt_agg *a, int n) {
-    if (a->nnm) {
-        if (a->kind != DT_AGG_MEDIAN && a->kind != DT_AGG_TRIMMED && a->kind != DT_AGG_KRUM)
-            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm needs a robust --aggregate (median, trimmed:B or krum:F): "
-                                             "the mean of the mixed vectors still follows a bad one");
-        if (n > 256) return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm supports at most 256 workers");
-        int f = nnm_f(a, n);
-        if (f < 1 || n < 2 * f + 1)
-            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm:%d needs at least %d workers (n >= 2F+1, F >= 1), got %d", f,
-                             2 * (f > 1 ? f : 1) + 1, n);
-    }
+static dt_status rule_check(const dt_agg *a, int n) {
     switch (a->kind) {
     case DT_AGG_MEDIAN:
         if (n < 3) return dt_errorf(DT_ERR_INVALID, "--aggregate median needs at least 3 workers to tolerate one bad one (f < n/2), got %d", n);
@@ -95,12 +86,31 @@ dt_status dt_agg_check(const dt_agg *a, int n) {
     }
 }
 
+dt_status dt_agg_check(const dt_agg *a, int n) {
+    dt_status st = rule_check(a, n);
+    if (st) return st;
+    if (a->nnm) {
+        if (a->kind != DT_AGG_MEDIAN && a->kind != DT_AGG_TRIMMED && a->kind != DT_AGG_KRUM)
+            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm needs a robust --aggregate (median, trimmed:B or krum:F): "
+                                             "the mean of the mixed vectors still follows a bad one");
+        if (n > 256) return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm supports at most 256 workers");
+        int f = nnm_f(a, n);
+        if (f < 1)
+            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm with --aggregate krum:0 plans for no bad worker: give nnm:F (F >= 1)");
+        if (n < 2 * f + 1)
+            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm:%d needs at least %d workers (n >= 2F+1, F >= 1), got %d", f,
+                             2 * f + 1, n);
+    }
+    return DT_OK;
+}
+
 /* Floats of the rule's own scratch (Krum: distances and scores as doubles;
- * median and trimmed mean: one block of 64 coordinates per worker). */
+ * median and trimmed mean: one block of 64 coordinates per worker and one
+ * column to sort beyond 16 workers). */
 static size_t rule_scratch(const dt_agg *a, int n) {
     size_t nn = (size_t)n * (size_t)n * 2 + 2 * (size_t)n;
     if (a->kind == DT_AGG_KRUM) return nn;
-    if (a->kind == DT_AGG_MEDIAN || a->kind == DT_AGG_TRIMMED) return (size_t)n * 64;
+    if (a->kind == DT_AGG_MEDIAN || a->kind == DT_AGG_TRIMMED) return (size_t)n * 65; /* blocks + one column */
     return 1;
 }
 
@@ -128,7 +138,12 @@ static void sort_small(float *v, int n) {
     }
 }
 
-/* Squared distances between the n vectors into d (n x n doubles). */
+/* A NaN from a bad worker would make every comparison false and could land
+ * anywhere in a sort: it counts as +inf, the extreme a rule drops. */
+static inline float finite_or_inf(float x) { return x != x ? INFINITY : x; }
+
+/* Squared distances between the n vectors into d (n x n doubles); a distance
+ * that is not a number (a NaN coordinate) counts as infinitely far. */
 static void distances(double *d, const float *vecs, int n, size_t P) {
     for (int i = 0; i < n; i++) {
         d[(size_t)i * n + i] = 0;
@@ -139,6 +154,7 @@ static void distances(double *d, const float *vecs, int n, size_t P) {
                 double t = (double)x[j] - (double)y[j];
                 s += t * t;
             }
+            if (s != s) s = INFINITY;
             d[(size_t)i * n + k] = d[(size_t)k * n + i] = s;
         }
     }
@@ -174,7 +190,8 @@ static void order_stat(float *restrict out, const float *restrict vecs, int n, s
         if (n <= 16) {
             /* t[i][0..J): worker i's values; n passes of compare-exchange sort them. */
             for (int i = 0; i < n; i++) {
-                memcpy(t + (size_t)i * J, vecs + (size_t)i * P + j0, J1 * sizeof(float));
+                const float *src = vecs + (size_t)i * P + j0;
+                for (size_t x = 0; x < J1; x++) t[(size_t)i * J + x] = finite_or_inf(src[x]);
                 for (size_t x = J1; x < J; x++) t[(size_t)i * J + x] = 0;
             }
             for (int pass = 0; pass < n; pass++)
@@ -187,9 +204,9 @@ static void order_stat(float *restrict out, const float *restrict vecs, int n, s
                     }
                 }
         } else {
-            float col[256];
+            float *col = t + (size_t)n * J;
             for (size_t x = 0; x < J1; x++) {
-                for (int i = 0; i < n; i++) col[i] = vecs[(size_t)i * P + j0 + x];
+                for (int i = 0; i < n; i++) col[i] = finite_or_inf(vecs[(size_t)i * P + j0 + x]);
                 sort_small(col, n);
                 for (int i = 0; i < n; i++) t[(size_t)i * J + x] = col[i];
             }

@@ -592,6 +592,10 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full,
     double tl = dt_now();
     st = dt_ckpt_load(path, lm, M, V, &s);
     tl = dt_now() - tl;
+    /* Worker momenta <-> optimizer momentum on the logical M (before tensor
+     * parallelism takes its shards; worker momentum itself never runs with --tp). */
+    bool have_m = s.n_states >= 1;
+    if (!st) st = tr_resume_worker_momentum(path, &s, wm, M, &have_m, replica, D, lm->n, lead);
     if (!st && full) {
         dt_model_local_from_logical(m, m->w, full, full->w);
         dt_model_local_from_logical(m, Ml, full, M);
@@ -610,8 +614,6 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full,
         st = dt_errorf(DT_ERR_INVALID, "%s was written with --seed %llu, not %llu; resume with the same seed",
                        path, (unsigned long long)s.seed, (unsigned long long)c->seed);
     if (!st) st = resume_compression(path, &s, dp, replica, D, m->n, lead);
-    bool have_m = s.n_states >= 1;
-    if (!st && !full) st = tr_resume_worker_momentum(path, &s, wm, M, &have_m, replica, D, m->n, lead);
     if (!st) {
         dt_dp_set_optim_state(dp, have_m ? M : NULL, s.n_states >= 2 ? V : NULL, s.optim_t);
         pos[0] = s.epoch;

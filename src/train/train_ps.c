@@ -77,6 +77,9 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
     int64_t rt = 0;
     dt_status st = DT_OK;
     if (W < 1) return dt_errorf(DT_ERR_INVALID, "--servers %d leaves no worker among %d ranks", S, N);
+    /* Every rank refuses alike (rank 0 prints): a server alone refusing would
+     * leave the workers waiting for it until the deadline. */
+    if ((st = dt_agg_check(&c->agg, W))) return st;
     if (!(lost = dt_calloc((size_t)W, sizeof(int64_t)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     for (int w = 0; w < W; w++) lost[w] = -1;
     if (lead && !quiet)
@@ -160,7 +163,6 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         pc.agg = c->agg;
         pc.comp = c->dp.comp;
         pc.comp.seed = c->seed;
-        if ((st = dt_agg_check(&pc.agg, W))) goto out;
         if (c->ckpt_dir) {
             pc.ckpt = ps_server_ckpt;
             pc.ckpt_ctx = &pck;

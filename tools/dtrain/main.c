@@ -417,7 +417,7 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
         /* Faults of one rank are reported by the rank that saw them; errors every
          * rank hits alike (data, flags) once, by rank 0. */
         if (st == DT_ERR_TIMEOUT && size > 1) {
-            /* Find out who is late; the lowest rank that arrived reports. */
+            /* Find out who is late; the first rank that timed out reports. */
             char what[1024], report[600];
             snprintf(what, sizeof what, "%s", dt_error_msg());
             double grace = c.cfg.timeout < 5 ? c.cfg.timeout : 5;
