@@ -160,26 +160,31 @@ static void distances(double *d, const float *vecs, int n, size_t P) {
     }
 }
 
+/* out = the mean of the k vectors with the smallest score (ties: the lower
+ * index), summed in the order picked; returns the first pick. n <= 256. */
+static int mean_of_smallest(float *out, const float *vecs, int n, size_t P, const double *score, int k) {
+    bool taken[256] = {false};
+    int first = -1;
+    memset(out, 0, P * sizeof(float));
+    for (int t = 0; t < k; t++) {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (!taken[i] && (best < 0 || score[i] < score[best])) best = i;
+        taken[best] = true;
+        if (first < 0) first = best;
+        const float *x = vecs + (size_t)best * P;
+        for (size_t j = 0; j < P; j++) out[j] += x[j];
+    }
+    float inv = 1.0f / (float)k;
+    for (size_t j = 0; j < P; j++) out[j] *= inv;
+    return first;
+}
+
 /* Nearest-neighbour mixing: mixed_i = mean of the n-f vectors nearest to
- * vector i (itself first; ties: the lower index). */
+ * vector i (itself first, at distance 0). */
 static void nnm(float *mixed, const float *vecs, int n, size_t P, int f, double *d) {
     distances(d, vecs, n, P);
-    int keep = n - f;
-    float inv = 1.0f / (float)keep;
-    for (int i = 0; i < n; i++) {
-        bool taken[256] = {false};
-        float *o = mixed + (size_t)i * P;
-        memset(o, 0, P * sizeof(float));
-        for (int k = 0; k < keep; k++) {
-            int best = -1;
-            for (int q = 0; q < n; q++)
-                if (!taken[q] && (best < 0 || d[(size_t)i * n + q] < d[(size_t)i * n + best])) best = q;
-            taken[best] = true;
-            const float *x = vecs + (size_t)best * P;
-            for (size_t j = 0; j < P; j++) o[j] += x[j];
-        }
-        for (size_t j = 0; j < P; j++) o[j] *= inv;
-    }
+    for (int i = 0; i < n; i++) mean_of_smallest(mixed + (size_t)i * P, vecs, n, P, d + (size_t)i * n, n - f);
 }
 
 /* Median (B < 0) or trimmed mean of B per side, coordinate-wise. */
@@ -260,22 +265,7 @@ int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P
             for (int x = 0; x < keep && x < mrow; x++) score[i] += row[x];
         }
         /* Average the M best-scored workers (ties: the lower index). */
-        int M = a->m > 0 ? a->m : n - a->param;
-        bool taken[256] = {false};
-        int first = -1;
-        memset(out, 0, P * sizeof(float));
-        for (int k = 0; k < M; k++) {
-            int best = -1;
-            for (int i = 0; i < n; i++)
-                if (!taken[i] && (best < 0 || score[i] < score[best])) best = i;
-            taken[best] = true;
-            if (first < 0) first = best;
-            const float *x = vecs + (size_t)best * P;
-            for (size_t j = 0; j < P; j++) out[j] += x[j];
-        }
-        float inv = 1.0f / (float)M;
-        for (size_t j = 0; j < P; j++) out[j] *= inv;
-        return first;
+        return mean_of_smallest(out, vecs, n, P, score, a->m > 0 ? a->m : n - a->param);
     }
     default: {
         for (size_t j = 0; j < P; j++) {

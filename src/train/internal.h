@@ -50,6 +50,9 @@ dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, 
 /* Worker momentum: turns this worker's gradient m->g[lo, hi) into its SGD
  * direction with its buffer buf (P, arena-indexed), per parameter weight decay. */
 void tr_worker_direction(const dt_train_cfg *c, dt_model *m, float *buf, size_t lo, size_t hi);
+/* The optimizer that applies the update: c->optim, or with worker momentum plain
+ * SGD (momentum, Nesterov and weight decay are the workers'). */
+dt_optim_cfg tr_applied_optim(const dt_train_cfg *c);
 /* Resume of the worker momenta (momentum.worker.<i>) into wm, or, when this
  * rank keeps the momentum in its optimizer (wm NULL), their mean into M with
  * *have_m set (only when the checkpoint has no optimizer momentum itself). */

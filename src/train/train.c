@@ -451,6 +451,16 @@ void tr_worker_direction(const dt_train_cfg *c, dt_model *m, float *buf, size_t 
     }
 }
 
+dt_optim_cfg tr_applied_optim(const dt_train_cfg *c) {
+    dt_optim_cfg o = c->optim;
+    if (dt_train_worker_momentum(c)) {
+        o.momentum = 0.0f;
+        o.nesterov = false;
+        o.weight_decay = 0.0f;
+    }
+    return o;
+}
+
 dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, agg_state *ag,
                                   int64_t step) {
     int r = dt_comm_rank(dpc), D = dt_comm_size(dpc);
@@ -842,17 +852,11 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     /* Worker momentum: the workers hold the momentum (and the weight decay), the
      * aggregate is applied as plain SGD. */
     bool wmom = dt_train_worker_momentum(c);
-    dt_optim_cfg ocfg = c->optim;
-    if (wmom) {
-        ocfg.momentum = 0.0f;
-        ocfg.nesterov = false;
-        ocfg.weight_decay = 0.0f;
-        if (!(ag.wm = dt_alloc_floats(m->n))) {
-            st = dt_errorf(DT_ERR_NOMEM, "out of memory for the worker momentum");
-            goto done;
-        }
-        memset(ag.wm, 0, m->n * sizeof(float));
+    if (wmom && !(ag.wm = dt_alloc_floats(m->n))) { /* zeroed */
+        st = dt_errorf(DT_ERR_NOMEM, "out of memory for the worker momentum");
+        goto done;
     }
+    dt_optim_cfg ocfg = tr_applied_optim(c);
     if ((st = dt_dp_create(&dp, m, dpc, &dcfg, &ocfg))) goto done;
     if (c->dp.comp.comp.kind != DT_COMP_NONE && D == 1 && lead && !quiet)
         dt_log(DT_LOG_INFO, "--compress: one data-parallel rank has nothing to send, so nothing is compressed");
@@ -966,10 +970,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if (world > 1)
             dt_log(DT_LOG_INFO, "data parallel on %d ranks: %d buckets, %s, ZeRO-%d, %zu optimizer bytes per rank",
                    world, dt_dp_n_buckets(dp), dt_algo_name(c->dp.algo), c->dp.zero, mem.optim_bytes);
+        static const char *const rule[DT_AGG_COUNT] = {"mean", "mean", "coordinate-wise median", "trimmed mean", "Multi-Krum"};
         if (gathered)
-            dt_log(DT_LOG_INFO, "aggregation: %s%s of the %d workers' %s", c->agg.kind == DT_AGG_NONE ? "mean" : c->agg.kind == DT_AGG_MEAN ? "mean" :
-                   c->agg.kind == DT_AGG_MEDIAN ? "coordinate-wise median" : c->agg.kind == DT_AGG_TRIMMED ? "trimmed mean" : "Multi-Krum",
-                   c->agg.nnm ? " after nearest-neighbour mixing" : "", D, ag.wm ? "momenta (worker momentum)" : "gradients");
+            dt_log(DT_LOG_INFO, "aggregation: %s%s of the %d workers' %s", rule[ag.a.kind], ag.a.nnm ? " after nearest-neighbour mixing" : "",
+                   D, ag.wm ? "momenta (worker momentum)" : "gradients");
     }
 
     double t_win = t0, win_loss = 0, win_compute = 0, slow_prev = 0;

@@ -95,6 +95,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
      * the weight decay, the servers apply the aggregate as plain SGD; every
      * worker writes its buffer into the checkpoints. */
     bool wmom = dt_train_worker_momentum(c);
+    dt_optim_cfg scfg = tr_applied_optim(c); /* the servers' optimizer */
     float *wm = NULL;
     bool own_ckpt = ef_ckpt || wmom;
     if (c->ckpt_dir) {
@@ -168,12 +169,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
             pc.ckpt_ctx = &pck;
         }
         pc.start_clock = start;
-        dt_optim_cfg ocfg = c->optim;
-        if (wmom) {
-            ocfg.momentum = 0.0f;
-            ocfg.nesterov = false;
-            ocfg.weight_decay = 0.0f;
-        } else if (start > 0) {
+        if (!wmom && start > 0) {
             bool have_m = rcs.n_states >= 1;
             if ((st = tr_resume_worker_momentum(resume_path, &rcs, NULL, rM, &have_m, 0, W, m->n, rank == W))) goto out;
         }
@@ -182,7 +178,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         /* The server's own update count: one per step under BSP, one per push otherwise. */
         pc.t0 = c->ps.mode == DT_PS_BSP ? start : start * W;
         (void)rt;
-        st = dt_ps_serve(m, world, &pc, &ocfg, &sched, hist, lost);
+        st = dt_ps_serve(m, world, &pc, &scfg, &sched, hist, lost);
     } else {
         int maxB = (B + W - 1) / W;
         dt_ps_cfg pc = c->ps;
@@ -208,12 +204,6 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         if ((st = dt_sampler_init(&sp, d->n_train, c->seed, true, false, rank, W))) goto out;
         if (pos[0] >= 0 && (st = dt_sampler_seek(&sp, pos[0], pos[1]))) goto out;
         /* Rank 0's manifest names the servers' optimizer state: their kind. */
-        dt_optim_cfg scfg = c->optim;
-        if (wmom) {
-            scfg.momentum = 0.0f;
-            scfg.nesterov = false;
-            scfg.weight_decay = 0.0f;
-        }
         if (ckw && (st = dt_optim_create(&dummy, &scfg, 0))) goto out;
         if (lead && c->out_dir) {
             char path[4096];
