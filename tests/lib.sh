@@ -2,8 +2,10 @@
 fails=0; passes=0
 ok()   { echo "ok   $*"; passes=$((passes+1)); }
 fail() { echo "FAIL $*"; fails=$((fails+1)); }
-# run NAME FLAGS...: dtrain train FLAGS --out $tmp/NAME, log in $tmp/NAME.log
-run() { local out=$1; shift; timeout 600 "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { echo "  run $out failed:"; tail -5 "$tmp/$out.log"; return 1; }; }
+# run NAME FLAGS...: dtrain train FLAGS --out $tmp/NAME, log in $tmp/NAME.log.
+# A run that fails counts as a failed check by itself (callers skip what
+# depended on it), so `run X && { ...checks... }` cannot pass by not running.
+run() { local out=$1; shift; timeout 600 "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 || { fail "run $out exited $?:"; tail -5 "$tmp/$out.log"; return 1; }; }
 # "step loss" lines of a run's metrics
 losses() { grep '"loss"' "$1/metrics.jsonl" | sed 's/.*"step":\([0-9]*\).*"loss":\([-0-9.e]*\).*/\1 \2/'; }
 # close_after A B S TOL: B's losses after step S within relative TOL of A's

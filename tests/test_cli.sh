@@ -43,6 +43,13 @@ expect 2 "nesterov" -- "$dt" train --nesterov --momentum 0
 expect 2 "divisible" -- "$dt" train --model gpt --n-embd 30 --n-head 4
 expect 2 "--weights FILE is required" -- "$dt" eval --model mlp
 expect 2 "unknown flag" -- "$dt" eval --weights x --lr 1
+# every command answers --help on stdout with exit 0
+for c in train eval diff inspect export "bench allreduce"; do
+  # shellcheck disable=SC2086
+  if out=$("$dt" $c --help 2>/dev/null) && grep -q "^usage: dtrain $c" <<<"$out"; then
+    echo "ok   dtrain $c --help"; passes=$((passes+1))
+  else echo "FAIL dtrain $c --help: $(head -1 <<<"$out")"; fails=$((fails+1)); fi
+done
 
 # data errors
 expect 1 "nosuch" -- "$dt" train --data "$tmp/nosuch" --steps 1

@@ -87,8 +87,11 @@ dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, c
 void dt_ps_client_destroy(dt_ps_client *c); /* NULL ok */
 /* The worker's compression session (its error-feedback residual), or NULL. */
 dt_gc *dt_ps_client_gc(dt_ps_client *c);
-/* Pulls every range into m->w for step `clock` (blocks per the consistency). */
-dt_status dt_ps_pull(dt_ps_client *c, int64_t clock);
+/* Pulls every range into m->w for step `clock` (blocks per the consistency).
+ * last: no pull follows this step. Otherwise, under BSP and SSP:0, this step's
+ * pushes also ask for step clock+1's values and the next dt_ps_pull only
+ * receives them (so SSP:0 reads what BSP reads); call it with clock+1. */
+dt_status dt_ps_pull(dt_ps_client *c, int64_t clock, bool last);
 /* dt_block_done_fn for dt_model_backward: pushes the ranges that are complete. */
 void dt_ps_block_done(void *client, int block);
 /* Pushes what is left, waits for the sends, zeroes the gradients. */

@@ -2,6 +2,14 @@
  *
  * Messages, all on the world communicator:
  *   worker -> server  TAG_REQ   header {type, clock, read_clock, 0}
+ *                     (PUSH_PULL, under BSP and SSP:0: a push that also asks
+ *                     for step clock+1's values, so the pull is registered the
+ *                     moment the push lands and no other worker's later push
+ *                     can slip in between; the first pull, for start_clock, is
+ *                     registered for every worker when the server starts:
+ *                     SSP:0 then reads exactly what BSP reads. Under ASP and
+ *                     SSP:K>0 the pull is asked for when the worker is about
+ *                     to compute, so it reads the freshest values there are.)
  *   worker -> server  TAG_DATA  the range's gradient (after a PUSH header)
  *   server -> worker  TAG_REP   header {global clock, 0, 0, 0} then TAG_VAL the range's values
  *   server -> worker  TAG_BYE   at the end: int64[W], the clock each dropped worker was lost at, -1 others
@@ -17,7 +25,7 @@
 #include <time.h>
 
 enum { TAG_REQ = 0x5100, TAG_DATA, TAG_REP, TAG_VAL, TAG_FINAL, TAG_ACK, TAG_BYE, TAG_HIST, TAG_RELEASE };
-enum { REQ_PULL = 1, REQ_PUSH = 2, REQ_DONE = 3, REQ_CKPT = 4 };
+enum { REQ_PULL = 1, REQ_PUSH = 2, REQ_DONE = 3, REQ_CKPT = 4, REQ_PUSH_PULL = 5 };
 
 typedef struct hdr {
     int64_t type, clock, read_clock, pad;
@@ -37,6 +45,12 @@ dt_status dt_ps_cfg_parse(const char *s, dt_ps_cfg *out) {
         return dt_errorf(DT_ERR_INVALID, "--consistency must be bsp, asp or ssp:K, got '%s'", s);
     }
     return DT_OK;
+}
+
+/* Whether pulls ride on the pushes before them (see the top of the file): where
+ * the consistency model fixes what a pull reads, BSP and SSP:0. */
+static bool pull_with_push(const dt_ps_cfg *cfg) {
+    return cfg->mode == DT_PS_BSP || (cfg->mode == DT_PS_SSP && cfg->staleness == 0);
 }
 
 static void range_of(size_t n, int S, int s, size_t *lo, size_t *len) {
@@ -376,7 +390,7 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
     double now = dt_now();
     for (int w = 0; w < W && !st; w++) {
         sv.active[w] = true;
-        sv.pending[w] = -1;
+        sv.pending[w] = pull_with_push(cfg) ? cfg->start_clock : -1; /* every worker's first pull */
         sv.ck_clock[w] = -1;
         sv.lost[w] = -1;
         sv.last[w] = now;
@@ -401,7 +415,10 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
             ns = 2000;
             hdr h = sv.in_hdr[k];
             sv.last[k] = dt_now();
-            if (h.type == REQ_PUSH) st = on_push(&sv, k, &h);
+            if (h.type == REQ_PUSH || h.type == REQ_PUSH_PULL) {
+                st = on_push(&sv, k, &h);
+                if (!st && h.type == REQ_PUSH_PULL && sv.active[k]) sv.pending[k] = h.clock + 1;
+            }
             else if (h.type == REQ_PULL) sv.pending[k] = h.clock;
             else if (h.type == REQ_CKPT) {
                 sv.ck_clock[k] = h.clock;
@@ -464,6 +481,9 @@ struct dt_ps_client {
     dt_req *push_req;           /* per server: header + data */
     bool *pushed;
     int next;                   /* ranges are pushed from the last down: next to push */
+    bool last;                  /* this step's pushes ask for no next pull (the final step) */
+    bool pull_asked;            /* the last pushes asked for this pull already */
+    bool with_push;             /* pulls ride on pushes (BSP, SSP:0) */
     dt_status err;
     double deadline;            /* of every wait for a server (seconds, <= 0 none) */
     int64_t *lost;              /* per worker, after dt_ps_finish: clock when dropped, -1 */
@@ -497,6 +517,9 @@ dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, c
     }
     for (int s = 0; s < c->S; s++) range_of(m->n, c->S, s, &c->lo[s], &c->len[s]);
     for (int w = 0; w < c->W; w++) c->lost[w] = -1;
+    c->clock = cfg->start_clock - 1;
+    c->with_push = pull_with_push(cfg);
+    c->pull_asked = c->with_push; /* the servers register the first pull */
     if (cfg->comp.comp.kind != DT_COMP_NONE) {
         dt_status st = dt_gc_create(&c->gc, &cfg->comp, m, dt_comm_rank(world), c->W, c->len[0]);
         c->enc = st ? NULL : dt_calloc((size_t)c->S, sizeof(uint8_t *));
@@ -529,11 +552,14 @@ void dt_ps_client_destroy(dt_ps_client *c) {
 
 dt_gc *dt_ps_client_gc(dt_ps_client *c) { return c->gc; }
 
-dt_status dt_ps_pull(dt_ps_client *c, int64_t clock) {
-    c->clock = clock;
-    c->next = c->S - 1;
-    memset(c->pushed, 0, (size_t)c->S * sizeof(bool));
-    c->err = DT_OK;
+/* Receives every range's values for `clock` into m->w, asking for them first
+ * unless the previous pushes (or the server's start) already did. */
+static dt_status recv_values(dt_ps_client *c, int64_t clock) {
+    bool asked = c->pull_asked;
+    if (asked && clock != c->clock + 1)
+        return dt_errorf(DT_ERR_INVALID, "parameter server client: pull for step %lld, but step %lld was asked for",
+                         (long long)clock, (long long)c->clock + 1);
+    c->pull_asked = false;
     int S = c->S, W = c->W;
     dt_req *r = dt_calloc((size_t)S * 3, sizeof(dt_req));
     if (!r) return dt_errorf(DT_ERR_NOMEM, "out of memory");
@@ -542,7 +568,8 @@ dt_status dt_ps_pull(dt_ps_client *c, int64_t clock) {
     for (int s = 0; s < S && !st; s++) {
         st = dt_irecv(c->c, &c->rep_hdr[s], sizeof(hdr), W + s, TAG_REP, &r[3 * s]);
         if (!st) st = dt_irecv(c->c, c->m->w + c->lo[s], c->len[s] * sizeof(float), W + s, TAG_VAL, &r[3 * s + 1]);
-        if (!st) st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r[3 * s + 2]);
+        if (!st && !asked) st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r[3 * s + 2]);
+        else r[3 * s + 2].done = true;
     }
     /* A pull may wait for slower workers (BSP/SSP): no deadline beyond the comm's. */
     if (!st) st = dt_waitall_for(c->c, r, 3 * S, c->deadline, "parameter server pull");
@@ -551,8 +578,18 @@ dt_status dt_ps_pull(dt_ps_client *c, int64_t clock) {
     return st;
 }
 
+dt_status dt_ps_pull(dt_ps_client *c, int64_t clock, bool last) {
+    dt_status st = recv_values(c, clock);
+    c->clock = clock;
+    c->last = last;
+    c->next = c->S - 1;
+    memset(c->pushed, 0, (size_t)c->S * sizeof(bool));
+    c->err = DT_OK;
+    return st;
+}
+
 static dt_status push_range(dt_ps_client *c, int s) {
-    c->push_hdr[s] = (hdr){REQ_PUSH, c->clock, c->read_clock[s], 0};
+    c->push_hdr[s] = (hdr){c->with_push && !c->last ? REQ_PUSH_PULL : REQ_PUSH, c->clock, c->read_clock[s], 0};
     size_t bytes = 0;
     if (c->gc) {
         bytes = dt_gc_encode(c->gc, c->m->g, c->lo[s], c->lo[s] + c->len[s], c->enc[s],
@@ -583,6 +620,7 @@ dt_status dt_ps_push_end(dt_ps_client *c) {
     for (int s = c->S - 1; s >= 0 && !st; s--)
         if (!c->pushed[s]) st = push_range(c, s);
     if (!st) st = dt_waitall_for(c->c, c->push_req, 2 * c->S, c->deadline, "parameter server push");
+    c->pull_asked = !st && c->with_push && !c->last;
     memset(c->m->g, 0, c->m->n * sizeof(float));
     return st;
 }
@@ -605,9 +643,12 @@ dt_status dt_ps_checkpoint(dt_ps_client *c, int64_t clock) {
 }
 
 dt_status dt_ps_finish(dt_ps_client *c) {
-    c->pull_hdr = (hdr){REQ_DONE, c->clock, 0, 0};
     int S = c->S, W = c->W;
-    dt_status st = DT_OK;
+    /* A run with no step left (resumed at its end) still has the first pull
+     * the server registered: take it, so the server's reply completes. */
+    dt_status st = c->pull_asked ? recv_values(c, c->clock + 1) : DT_OK;
+    if (st) return st;
+    c->pull_hdr = (hdr){REQ_DONE, c->clock, 0, 0};
     for (int s = 0; s < S && !st; s++) {
         dt_req r;
         st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r);

@@ -185,6 +185,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         pc.liveness = c->ps.mode == DT_PS_BSP ? 0 : c->timeout;
         pc.comp = c->dp.comp;
         pc.comp.seed = c->seed;
+        pc.start_clock = start; /* the servers register every worker's first pull */
         if ((st = dt_ps_client_create(&cl, m, world, &pc))) goto out;
         /* Resume: this worker's error-feedback residual (BSP checkpoints hold them). */
         dt_gc *gc = dt_ps_client_gc(cl);
@@ -223,7 +224,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
             dt_comm_set_step(world, step + 1);
             tr_watchdog_tick(step + 1);
             tr_inject_at_step(c, rank, step + 1);
-            if ((st = dt_ps_pull(cl, step))) break;
+            if ((st = dt_ps_pull(cl, step, step + 1 == total))) break;
             tr_inject_slow(c, rank, slow_prev); /* before computing: a slower machine */
             double tcomp = dt_now();
             int ln, gn;

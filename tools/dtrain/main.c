@@ -516,8 +516,22 @@ static int cmd_eval(int argc, char **argv) {
     return 0;
 }
 
+/* --help / -h for the small subcommands: prints usage and exits 0. */
+static bool wants_help(int argc, char **argv, const char *text) {
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(text, stdout);
+            return true;
+        }
+    return false;
+}
+
 static int cmd_inspect(int argc, char **argv) {
     g_cmd = "dtrain inspect";
+    if (wants_help(argc, argv, "usage: dtrain inspect CHECKPOINT_DIR\n"
+                               "Verifies every checksum of a checkpoint and prints its step, layout and tensors;\n"
+                               "exit 0 when it is whole, 1 with the first damaged file named otherwise.\n"))
+        return 0;
     if (argc != 1 || argv[0][0] == '-') return usage_error("usage: dtrain inspect CHECKPOINT_DIR");
     if (dt_ckpt_inspect(argv[0], stdout)) return run_error();
     return 0;
@@ -526,6 +540,10 @@ static int cmd_inspect(int argc, char **argv) {
 static int cmd_export(int argc, char **argv) {
     g_cmd = "dtrain export";
     const char *ck = NULL, *out = NULL;
+    if (wants_help(argc, argv, "usage: dtrain export CHECKPOINT_DIR --out model.safetensors\n"
+                               "Writes a checkpoint's weights (any layout) as one plain safetensors file with\n"
+                               "PyTorch names, readable by 'dtrain eval' and safetensors.torch.load_file.\n"))
+        return 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
         else if (argv[i][0] == '-') return usage_error("unknown flag '%s'", argv[i]);
@@ -556,6 +574,10 @@ static int cmd_diff(int argc, char **argv) {
     g_cmd = "dtrain diff";
     const char *pa = NULL, *pb = NULL;
     float rtol = 0, atol = 0;
+    if (wants_help(argc, argv, "usage: dtrain diff A.safetensors B.safetensors [--rtol R] [--atol A]\n"
+                               "Compares two weights files tensor by tensor; exit 0 when every value is within\n"
+                               "atol + rtol*|b| (both 0 by default: bitwise), 1 otherwise.\n"))
+        return 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--rtol") == 0 && i + 1 < argc) {
             if (parse_float("--rtol", argv[++i], 0, 1e9, &rtol)) return EXIT_USAGE;
