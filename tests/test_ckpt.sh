@@ -93,6 +93,15 @@ if msg=$(close_after "$tmp/ref2" "$tmp/dmg_res" 4 0) && cmp -s "$tmp/ref2/model.
 "$dt" export "$tmp/ck4/ckpt-0000000016" --out "$tmp/exp.safetensors" > /dev/null && \
   "$dt" diff "$tmp/exp.safetensors" "$tmp/ref4/model.safetensors" > /dev/null && ok "export equals the run's final weights" || fail "export"
 
+# --- resumed at its end: nothing to run, the weights are still evaluated -----------------
+for lay in "-n 2" "-n 3 --strategy ps"; do
+  k=$(tr -dc a-z <<<"$lay")
+  run end_a_$k $lay $M --ckpt-dir "$tmp/ck_end_$k" --ckpt-every 8 && run end_b_$k $lay $M --ckpt-dir "$tmp/ck_end_$k" --resume auto && {
+    a=$(grep -o 'test accuracy [0-9.]*%' "$tmp/end_a_$k.log"); b=$(grep -o 'test accuracy [0-9.]*%' "$tmp/end_b_$k.log")
+    grep -q "no step left to run (resumed at step 16)" "$tmp/end_b_$k.log" && [ -n "$a" ] && [ "$a" = "$b" ] \
+      && ok "$lay resumed at its end: no step left, $b as before" || fail "$lay resumed at its end: '$a' vs '$b': $(tail -1 "$tmp/end_b_$k.log")"; }
+done
+
 # --- retention: only the newest K complete checkpoints -------------------------------------
 run keep -n 1 $M --ckpt-dir "$tmp/ck_keep" --ckpt-every 2 --ckpt-keep 2
 n=$(ls "$tmp/ck_keep" | grep -c ckpt-)

@@ -1266,6 +1266,11 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             }
         }
     }
+    /* Resumed at its end: no step ran, but the weights are still evaluated. */
+    if (start_step >= total &&
+        (st = tr_evaluate(m, eacts, &d, &bb, eB, c->eval_max, comm, pipe, replica, D, (!pipe || stage == P - 1) && tpr == 0,
+                          &acc, &eloss)))
+        goto done;
     if (ckw) {
         if ((st = dt_ckpt_flush(ckw))) goto done;
         res->ckpt_blocking_s = dt_ckpt_blocking_seconds(ckw);

@@ -156,6 +156,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
             dt_log(DT_LOG_INFO, "no valid checkpoint in %s: starting from scratch", c->ckpt_dir);
         }
     }
+    res->resumed_from = start > 0 ? start : -1;
     if (rank >= W) {
         /* A server: serve, then hand the final range to rank 0. */
         dt_ps_cfg pc = c->ps;

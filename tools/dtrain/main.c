@@ -441,14 +441,17 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     }
     if (c.cfg.strategy == DT_STRATEGY_HOGWILD) size = 1;
     if (rank == 0) {
-        if (c.cfg.model.kind == DT_MODEL_GPT)
-            printf("trained %s: %lld steps, final train loss %.4f, validation loss %.4f, %.0f tokens/s",
-                   dt_model_kind_name(c.cfg.model.kind), (long long)r.steps, (double)r.final_loss,
-                   (double)r.eval_loss, r.items_per_s);
+        char loss[64];
+        if (r.resumed_from >= 0 && r.resumed_from >= r.steps)
+            snprintf(loss, sizeof loss, "no step left to run (resumed at step %lld)", (long long)r.resumed_from);
         else
-            printf("trained %s: %lld steps, final train loss %.4f, test accuracy %.2f%%, %.0f samples/s",
-                   dt_model_kind_name(c.cfg.model.kind), (long long)r.steps, (double)r.final_loss,
-                   100.0 * r.test_acc, r.items_per_s);
+            snprintf(loss, sizeof loss, "final train loss %.4f", (double)r.final_loss);
+        if (c.cfg.model.kind == DT_MODEL_GPT)
+            printf("trained %s: %lld steps, %s, validation loss %.4f, %.0f tokens/s", dt_model_kind_name(c.cfg.model.kind),
+                   (long long)r.steps, loss, (double)r.eval_loss, r.items_per_s);
+        else
+            printf("trained %s: %lld steps, %s, test accuracy %.2f%%, %.0f samples/s", dt_model_kind_name(c.cfg.model.kind),
+                   (long long)r.steps, loss, 100.0 * r.test_acc, r.items_per_s);
         if (size > 1 && c.cfg.strategy == DT_STRATEGY_PS) {
             const char *cons = c.cfg.ps.mode == DT_PS_BSP ? "BSP" : c.cfg.ps.mode == DT_PS_ASP ? "ASP" : "SSP";
             printf(" on %d ranks (parameter server: %d server%s, %d worker%s, %s", size, c.cfg.ps.servers,
