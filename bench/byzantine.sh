@@ -19,6 +19,8 @@
 # [median trimmed:1 krum:1 median+nnm:1 trimmed:1+nnm:1 krum:1+nnm:1],
 # BYZ_BAR (the rows whose miss makes the bench fail) [the +nnm:1 rows],
 # BYZ_FLAGS (extra flags for every robust row, e.g. --worker-momentum off) [],
+# BYZ_ATTACKS (the attacks, one column each: signflip, random, scale:X, alie,
+# alie:Z; the bar is the worst over them) [signflip random],
 # BYZ_NOATTACK=0 skips the robust aggregators' runs without an attacker (shown
 # for context: the estimator's own cost) [1]. Every run's result is also written
 # to BUILD_DIR/byzantine-runs.txt; BYZ_REPORT=FILE prints the tables of such a
@@ -36,6 +38,7 @@ rows=${BYZ_ROWS:-median trimmed:1 krum:1 median+nnm:1 trimmed:1+nnm:1 krum:1+nnm
 bar=${BYZ_BAR:-}
 if [ -z "$bar" ]; then for r in $rows; do case $r in *+nnm*) bar="$bar $r" ;; esac; done; fi
 extra=${BYZ_FLAGS:-}
+attacks=${BYZ_ATTACKS:-signflip random}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OPENBLAS_NUM_THREADS=1
@@ -43,7 +46,7 @@ acc() { grep -o '"test_acc":[0-9.]*' "$1/metrics.jsonl" | tail -1 | cut -d: -f2;
 res=${BYZ_REPORT:-$build/byzantine-runs.txt} # one line per run: epochs seed aggregation attack accuracy seconds
 # the table of one epochs value from the runs in $res
 table() {
-  awk -v E="$1" -v seeds="$seeds" -v batch="$batch" -v rows="$rows" -v bar=" $bar " -v extra="$extra" '
+  awk -v E="$1" -v seeds="$seeds" -v batch="$batch" -v rows="$rows" -v bar=" $bar " -v extra="$extra" -v attacks="$attacks" '
     $1 != E { next }
     { acc[$3, $4, $2] = $5; secs[$3] += $6; sec_all += $6 }
     $3 == "clean" { clean[$2] = $5 }
@@ -62,23 +65,33 @@ table() {
       W[agg, at] = worst
       return sprintf("%.4f%s", sum / n, ns > 1 ? " (" lst ")" : "")
     }
-    function verdict(agg,    w) {
-      w = W[agg, "signflip"] > W[agg, "random"] ? W[agg, "signflip"] : W[agg, "random"]
+    function worst_of(agg,    w, i) {
+      w = -1e9
+      for (i = 1; i <= na; i++) if (W[agg, at_[i]] > w) w = W[agg, at_[i]]
+      return w
+    }
+    function verdict(agg,    w, i) {
+      w = -1e9
+      for (i = 1; i <= na; i++) if (W[agg, at_[i]] > w) w = W[agg, at_[i]]
       if (w >= 1e9) return "miss (diverged)"
       return sprintf("%s (worst gap %.2f pt)", w <= 1.0 ? "met" : "MISS", w)
     }
     END {
       ns = split(seeds, sd, " ")
+      na = split(attacks, at_, " ")
       steps = int(E * 60000 / batch)
       printf "## Byzantine workers: 1 of 5 bad (mlp 784-256-10, batch %d, %d epoch%s = %d steps, seed%s %s%s)\n", batch, E, (E > 1 ? "s" : ""), steps, (ns > 1 ? "s" : ""), seeds, extra != "" ? ", robust rows with " extra : ""
-      printf "| aggregation | no attack | sign-flip | random | bar: within 1 pt of clean, both attacks | wall s (all runs) |\n"
-      printf "|---|---|---|---|---|---|\n"
-      printf "| clean (all-reduce mean) | %s | | | | %.0f |\n", cell("clean", "none"), secs["clean"]
+      hd = ""; sep = ""; blank = ""
+      for (i = 1; i <= na; i++) { hd = hd " " at_[i] " |"; sep = sep "---|"; blank = blank " |" }
+      printf "| aggregation | no attack |%s bar: within 1 pt of clean, %s | wall s (all runs) |\n", hd, (na > 1 ? "every attack" : "under attack")
+      printf "|---|---|%s---|---|\n", sep
+      printf "| clean (all-reduce mean) | %s |%s | %.0f |\n", cell("clean", "none"), blank, secs["clean"]
       nr = split("mean " rows, ag, " ")
       for (k = 1; k <= nr; k++) {
         a = ag[k]
-        sf = cell(a, "signflip"); rn = cell(a, "random")
-        printf "| %s | %s | %s | %s | %s | %.0f |\n", a, cell(a, "none"), sf, rn, a == "mean" ? (W[a, "signflip"] > 10 && W[a, "random"] > 10 ? "fails visibly (expected)" : "did NOT fail visibly") : verdict(a), secs[a]
+        cols = ""; vis = 1
+        for (i = 1; i <= na; i++) { cols = cols " " cell(a, at_[i]) " |"; if (!(W[a, at_[i]] > 10)) vis = 0 }
+        printf "| %s | %s |%s %s | %.0f |\n", a, cell(a, "none"), cols, a == "mean" ? (vis ? "fails visibly (expected)" : "mean: gap " sprintf("%.2f", worst_of(a)) " pt") : verdict(a), secs[a]
         if (index(bar, " " a " ") && verdict(a) !~ /^met/) miss = 1
       }
       printf "\nwall time of these runs: %.0f s\n\n", sec_all
@@ -118,7 +131,7 @@ for E in $epochs_list; do
       case $row in *+*) flags="$flags --pre-aggregate ${row#*+}" ;; esac
       [ "$row" != mean ] && flags="$flags $extra"
       [ "$row" != mean ] && [ "$noattack" = 1 ] && one "$E" "$s" "$row" none $flags
-      for attack in signflip random; do
+      for attack in $attacks; do
         one "$E" "$s" "$row" "$attack" $flags --inject "byzantine:rank=2:mode=$attack"
       done
     done

@@ -140,6 +140,24 @@ int main(void) {
         test_close("nnm:1 + median with a NaN worker", o, e3, 3, 1e-6, 0);
     }
 
+    /* ALIE: the bad rows become mean - z * population std of the honest rows. */
+    {
+        float av[4 * 2] = {1, -2,  100, 100,  3, -2,  5, -8}; /* row 1 is the attacker */
+        bool bad[4] = {false, true, false, false};
+        dt_agg_alie(av, 4, 2, bad, 0.5f);
+        /* honest column 0: 1, 3, 5 -> mean 3, std sqrt(8/3); column 1: -2, -2, -8 -> mean -4, std sqrt(8) */
+        float e[2] = {(float)(3 - 0.5 * sqrt(8.0 / 3)), (float)(-4 - 0.5 * sqrt(8.0))};
+        test_close("alie: mean - z std of the honest rows", av + 2, e, 2, 1e-6f, 0);
+        float keep[2] = {1, -2};
+        test_close("alie: honest rows untouched", av, keep, 2, 0, 0);
+        float z51 = dt_agg_alie_z(5, 1), z31 = dt_agg_alie_z(3, 1), z5 = 0.2533471f, z3 = 0.4307273f;
+        test_close("alie z for n=5, f=1: Phi^-1(3/5)", &z51, &z5, 1, 1e-5f, 0);
+        test_close("alie z for n=3, f=1: Phi^-1(2/3)", &z31, &z3, 1, 1e-5f, 0);
+        test_cond("alie z for n=4, f=1 is 0 (s = 2 of 4)", dt_agg_alie_z(4, 1) == 0.0f);
+        float z202 = dt_agg_alie_z(20, 2), e202 = 0.1256613f; /* s = 11 - 2 = 9 */
+        test_close("alie z for n=20, f=2: Phi^-1(11/20)", &z202, &e202, 1, 1e-5f, 0);
+    }
+
     /* Refusals. */
     test_cond("trimmed:2 with 4 workers refused", dt_agg_parse("trimmed:2", &a) == DT_OK && dt_agg_check(&a, 4) != DT_OK);
     test_cond("krum:1 with 4 workers refused", dt_agg_parse("krum:1", &a) == DT_OK && dt_agg_check(&a, 4) != DT_OK);

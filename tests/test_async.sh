@@ -40,6 +40,17 @@ run dp_nnm -n 5 $W --aggregate trimmed:1 --pre-aggregate nnm --inject byzantine:
     if msg=$("$dt" diff "$tmp/dp_nnm/model.safetensors" "$tmp/ps_nnm/model.safetensors" --rtol 1e-5 --atol 1e-7); then
       ok "nnm + trimmed:1 with a sign-flipping worker: parameter server = data parallelism ($msg)"
     else fail "nnm on the parameter server vs data parallelism: $msg"; fi; }
+# "a little is enough": the attacker is simulated where every vector meets, so
+# the BSP parameter server (2 servers: coordinate-wise per range) and data
+# parallelism give the same bits, and the attack moves the run
+run dp_alie -n 5 $W --aggregate median --inject byzantine:rank=1:mode=alie:1 &&
+  run ps_alie -n 7 --strategy ps --servers 2 --consistency bsp $W --aggregate median --inject byzantine:rank=1:mode=alie:1 &&
+  run dp_noalie -n 5 $W --aggregate median && {
+    if "$dt" diff "$tmp/dp_alie/model.safetensors" "$tmp/ps_alie/model.safetensors" > /dev/null &&
+       grep -q "mean - 1 x std" "$tmp/dp_alie.log" && grep -q "mean - 1 x std" "$tmp/ps_alie.log" &&
+       ! "$dt" diff "$tmp/dp_alie/model.safetensors" "$tmp/dp_noalie/model.safetensors" > /dev/null; then
+      ok "alie:1 with median: parameter server (2 servers) = data parallelism bit for bit, and not the clean run"
+    else fail "alie: ps vs dp $("$dt" diff "$tmp/dp_alie/model.safetensors" "$tmp/ps_alie/model.safetensors")"; fi; }
 # resume is exact: every worker's buffer is in the checkpoint (data parallelism and parameter server)
 R="--model mlp --hidden 64 --batch 60 --steps 30 --lr 0.05 --quiet --eval-every 0 --aggregate median"
 exact_wm() { local name=$1; shift
@@ -80,6 +91,13 @@ expect "nnm:2 needs at least 5 workers" -n 4 $S --aggregate trimmed:1 --pre-aggr
 expect "nnm:2 needs at least 5 workers" -n 5 --strategy ps --servers 1 --consistency bsp $S --timeout 20 --aggregate trimmed:1 --pre-aggregate nnm:2
 expect "plans for no bad worker" -n 5 $S --aggregate krum:0 --pre-aggregate nnm
 expect "must be none, nnm or nnm:F" -n 3 $S --aggregate median --pre-aggregate bucket
+expect "needs --consistency bsp with the parameter server" -n 3 --strategy ps --consistency asp $S --inject byzantine:rank=0:mode=alie
+expect "paper's shift z is 0" -n 4 $S --aggregate mean --inject byzantine:rank=1:mode=alie
+expect "alie:Z needs a shift Z in" -n 3 $S --inject byzantine:rank=1:mode=alie:200
+expect "mode must be signflip, random, scale:X or alie" -n 3 $S --inject byzantine:rank=1:mode=alien
+expect "rank 7 does not exist in a run of 3 ranks" -n 3 $S --inject slow:rank=7:factor=2
+expect "rank 2 is a parameter server" -n 3 --strategy ps $S --inject crash:rank=2:step=3
+expect "does not apply to --strategy hogwild" --strategy hogwild --threads 2 $S --inject slow:rank=0:factor=2
 expect "worker-momentum on is for robust aggregation" -n 3 $S --worker-momentum on
 expect "worker-momentum on needs --optim sgd with --momentum" -n 3 $S --aggregate median --worker-momentum on
 expect "worker-momentum must be auto, on or off" -n 3 $S --aggregate median --worker-momentum yes

@@ -23,6 +23,8 @@
 
 #include "dtrain/core.h"
 
+#include <stdbool.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -48,6 +50,17 @@ int dt_agg_tolerated(const dt_agg *a, int n);
  * Returns the index Krum chose (-1 for the other rules). */
 int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P, float *scratch);
 size_t dt_agg_scratch_floats(const dt_agg *a, int n, size_t P);
+
+/* "A little is enough" (Baruch, Baruch & Goldberg 2019), an attacker that sees
+ * every honest vector of the step: each row r with bad[r] becomes, coordinate
+ * by coordinate, mean - z * std of the honest rows (population std), a shift
+ * that stays inside their spread and so passes median, trimmed mean and Krum
+ * while it biases every step the same way. Needs at least one honest row. */
+void dt_agg_alie(float *vecs, int n, size_t P, const bool *bad, float z);
+/* The paper's z for n workers of which f are bad: the largest shift that keeps
+ * the bad rows among the s = floor(n/2 + 1) - f workers a majority would still
+ * accept, z = Phi^-1((n - s) / n) (0 when that is <= 0.5). */
+float dt_agg_alie_z(int n, int f);
 
 #ifdef __cplusplus
 }

@@ -55,6 +55,10 @@ typedef struct dt_ps_cfg {
     dt_ps_mode mode;
     int staleness;              /* SSP: K */
     dt_agg agg;                 /* BSP only: robust aggregation of the W gradients */
+    /* BSP only, fault injection: sees (and may rewrite) a step's W gradients of
+     * the server's range (W x len) before they are aggregated; NULL: none. */
+    void (*tamper)(void *ctx, float *vecs, int W, size_t len);
+    void *tamper_ctx;
     /* checkpoints and resume (server side) */
     dt_ps_ckpt_fn ckpt;         /* NULL: none */
     void *ckpt_ctx;

@@ -17,14 +17,14 @@ extern "C" {
 #endif
 
 /* --inject crash:rank=R:step=S | hang:rank=R:step=S | slow:rank=R:factor=F |
- *          byzantine:rank=R:mode=signflip|random|scale:X */
+ *          byzantine:rank=R:mode=signflip|random|scale:X|alie[:Z] */
 typedef enum { DT_INJECT_CRASH, DT_INJECT_HANG, DT_INJECT_SLOW, DT_INJECT_BYZANTINE } dt_inject_kind;
-typedef enum { DT_BYZ_SIGNFLIP, DT_BYZ_RANDOM, DT_BYZ_SCALE } dt_byz_mode;
+typedef enum { DT_BYZ_SIGNFLIP, DT_BYZ_RANDOM, DT_BYZ_SCALE, DT_BYZ_ALIE } dt_byz_mode;
 typedef struct dt_inject {
     dt_inject_kind kind;
     int rank;
     int64_t step;            /* 1-based step at which crash/hang happens */
-    float factor;            /* slow: compute takes factor times as long; byzantine scale: X */
+    float factor;            /* slow: compute takes factor times as long; byzantine scale: X; alie: Z (NaN: the paper's) */
     dt_byz_mode mode;        /* byzantine: what the rank sends instead of its gradient */
 } dt_inject;
 

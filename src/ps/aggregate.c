@@ -277,3 +277,37 @@ int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P
     }
     }
 }
+
+void dt_agg_alie(float *vecs, int n, size_t P, const bool *bad, float z) {
+    int h = 0;
+    for (int k = 0; k < n; k++) h += !bad[k];
+    if (h == 0) return;
+    for (size_t j = 0; j < P; j++) {
+        double sum = 0, sq = 0;
+        for (int k = 0; k < n; k++)
+            if (!bad[k]) sum += vecs[(size_t)k * P + j];
+        double mu = sum / h;
+        for (int k = 0; k < n; k++)
+            if (!bad[k]) {
+                double d = vecs[(size_t)k * P + j] - mu;
+                sq += d * d;
+            }
+        float v = (float)(mu - (double)z * sqrt(sq / h));
+        for (int k = 0; k < n; k++)
+            if (bad[k]) vecs[(size_t)k * P + j] = v;
+    }
+}
+
+float dt_agg_alie_z(int n, int f) {
+    int s = n / 2 + 1 - f;
+    double q = (double)(n - s) / (double)n;
+    if (!(q > 0.5) || q >= 1.0) return 0.0f;
+    /* Phi^-1(q) by bisection on Phi(x) = erfc(-x / sqrt 2) / 2 (monotone). */
+    double lo = 0, hi = 10;
+    for (int i = 0; i < 100; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (0.5 * erfc(-mid / sqrt(2.0)) < q) lo = mid;
+        else hi = mid;
+    }
+    return (float)(0.5 * (lo + hi));
+}

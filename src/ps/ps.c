@@ -165,6 +165,7 @@ static void try_apply_bsp(server *sv) {
     if (sv->bsp_have == 0 || sv->bsp_have < expected) return;
     dt_agg a = sv->cfg.agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0, 0} : sv->cfg.agg;
     if (sv->bsp_have == W) {
+        if (sv->cfg.tamper) sv->cfg.tamper(sv->cfg.tamper_ctx, sv->bsp, W, sv->len);
         dt_agg_apply(&a, sv->agg_out, sv->bsp, W, sv->len, sv->agg_scratch);
     } else {
         memset(sv->agg_out, 0, sv->len * sizeof(float));

@@ -111,6 +111,10 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->strategy == DT_STRATEGY_PS && (c->balance_dynamic || c->pp > 1 || c->tp > 1 ||
                                           c->dp.zero || c->accum > 1 || c->clip > 0))
         return dt_errorf(DT_ERR_INVALID, "--strategy ps: --balance, --pp, --tp, --zero, --accum and --clip are not supported with the parameter server");
+    bool alie = false;
+    for (int i = 0; i < c->n_inject; i++) alie |= c->inject[i].kind == DT_INJECT_BYZANTINE && c->inject[i].mode == DT_BYZ_ALIE;
+    if (alie && c->strategy == DT_STRATEGY_PS && c->ps.mode != DT_PS_BSP)
+        return dt_errorf(DT_ERR_INVALID, "--inject byzantine:mode=alie sees every honest gradient of a step: it needs --consistency bsp with the parameter server");
     if (c->strategy == DT_STRATEGY_PS && c->agg.kind != DT_AGG_NONE && c->ps.mode != DT_PS_BSP)
         return dt_errorf(DT_ERR_INVALID, "--aggregate with the parameter server needs --consistency bsp (every step's gradients together)");
     if (c->agg.nnm && (c->agg.kind == DT_AGG_NONE || c->agg.kind == DT_AGG_MEAN))
@@ -179,16 +183,29 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
         } else if (strncmp(p, "mode=", 5) == 0) {
             const char *v = eq + 1;
             have_mode = true;
-            if (strncmp(v, "signflip", 8) == 0) { out->mode = DT_BYZ_SIGNFLIP; end = (char *)v + 8; }
-            else if (strncmp(v, "random", 6) == 0) { out->mode = DT_BYZ_RANDOM; end = (char *)v + 6; }
-            else if (strncmp(v, "scale:", 6) == 0) {
+            size_t vl = strcspn(v, ":");
+            if (vl == 8 && strncmp(v, "signflip", 8) == 0) { out->mode = DT_BYZ_SIGNFLIP; end = (char *)v + 8; }
+            else if (vl == 6 && strncmp(v, "random", 6) == 0) { out->mode = DT_BYZ_RANDOM; end = (char *)v + 6; }
+            else if (vl == 4 && strncmp(v, "alie", 4) == 0) {
+                out->mode = DT_BYZ_ALIE;
+                out->factor = NAN;
+                end = (char *)v + 4;
+                if (*end == ':' && end[1] != '\0' && strchr("0123456789.-+", end[1])) {
+                    const char *q = end + 1;
+                    double z = strtod(q, &end);
+                    if (end == q || !(z >= 0 && z <= 100))
+                        return dt_errorf(DT_ERR_INVALID, "--inject '%s': alie:Z needs a shift Z in [0, 100] (honest standard deviations)", spec);
+                    out->factor = (float)z;
+                }
+            }
+            else if (vl == 5 && strncmp(v, "scale:", 6) == 0) {
                 out->mode = DT_BYZ_SCALE;
                 double x = strtod(v + 6, &end);
                 if (end == v + 6 || !(x >= -1e6 && x <= 1e6))
                     return dt_errorf(DT_ERR_INVALID, "--inject '%s': scale:X needs a number", spec);
                 out->factor = (float)x;
             } else {
-                return dt_errorf(DT_ERR_INVALID, "--inject '%s': mode must be signflip, random or scale:X", spec);
+                return dt_errorf(DT_ERR_INVALID, "--inject '%s': mode must be signflip, random, scale:X or alie[:Z]", spec);
             }
         } else {
             return dt_errorf(DT_ERR_INVALID, "--inject '%s': unknown key (rank, step, factor, mode)", spec);
@@ -198,7 +215,7 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
     }
     if (out->rank < 0) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs rank=R", spec);
     if (out->kind == DT_INJECT_BYZANTINE) {
-        if (!have_mode) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs mode=signflip|random|scale:X", spec);
+        if (!have_mode) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs mode=signflip|random|scale:X|alie[:Z]", spec);
         return DT_OK;
     }
     if (out->kind != DT_INJECT_SLOW && out->step < 1) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs step=S", spec);
@@ -473,8 +490,32 @@ dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, 
     memcpy(ag->vecs + (size_t)r * P, m->g, P * sizeof(float));
     dt_status st = dt_allgather(dpc, ag->vecs, (size_t)D * P, c->dp.algo);
     if (st) return st;
+    if (ag->alie_bad) dt_agg_alie(ag->vecs, D, P, ag->alie_bad, ag->alie_z);
     dt_agg_apply(&ag->a, m->g, ag->vecs, D, P, ag->scratch);
     return DT_OK;
+}
+
+/* --inject byzantine:mode=alie: which of n workers attack (bad, n entries) and
+ * with what shift; false when none does. The shift is the one given, or the
+ * paper's for n workers and that many attackers; 0 is refused by the config
+ * check, so a run never injects a no-op silently. */
+bool tr_alie_setup(const dt_train_cfg *c, int n, bool *bad, float *z) {
+    int f = 0;
+    *z = NAN;
+    for (int k = 0; k < n; k++) bad[k] = false;
+    for (int i = 0; i < c->n_inject; i++) {
+        const dt_inject *in = &c->inject[i];
+        if (in->kind != DT_INJECT_BYZANTINE || in->mode != DT_BYZ_ALIE || in->rank >= n || bad[in->rank]) continue;
+        bad[in->rank] = true;
+        f++;
+        if (!isnan(in->factor)) *z = in->factor;
+    }
+    if (isnan(*z)) *z = dt_agg_alie_z(n, f);
+    return f > 0;
+}
+
+void tr_alie_log(float z) {
+    dt_log(DT_LOG_WARN, "--inject byzantine:mode=alie: the attackers send mean - %.3g x std of the honest gradients", (double)z);
 }
 
 /* --inject byzantine: this rank replaces its gradient (m->g) by an attack. */
@@ -485,6 +526,7 @@ bool tr_byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t ste
         const dt_inject *in = &c->inject[i];
         if (in->kind != DT_INJECT_BYZANTINE || in->rank != r) continue;
         hit = true;
+        if (in->mode == DT_BYZ_ALIE) continue; /* replaced where every vector is seen: tr_alie */
         /* signflip: the negated gradient amplified 10x, as an attacker pulling the
          * model uphill would send; random: noise 100x the honest gradient's rms,
          * fresh every step; scale:X: the gradient times X. */
@@ -697,12 +739,41 @@ static void watchdog_start(double limit) {
     if (start && pthread_create(&t, NULL, watchdog_main, NULL) == 0) pthread_detach(t);
 }
 
+/* Every --inject names a rank that exists and acts on it: a worker under the
+ * parameter server (servers run no steps to crash, slow or corrupt). Under
+ * ALIE the shift must move something. */
+static dt_status inject_check(const dt_train_cfg *c, int world) {
+    if (c->n_inject > 0 && c->strategy == DT_STRATEGY_HOGWILD)
+        return dt_errorf(DT_ERR_INVALID, "--inject does not apply to --strategy hogwild (its threads share one process)");
+    int workers = c->strategy == DT_STRATEGY_PS ? world - c->ps.servers : world;
+    if (workers < 1) return DT_OK; /* refused with its own message by the parameter server */
+    for (int i = 0; i < c->n_inject; i++) {
+        const dt_inject *in = &c->inject[i];
+        if (in->rank < workers) continue;
+        if (c->strategy == DT_STRATEGY_PS && in->rank < world)
+            return dt_errorf(DT_ERR_INVALID, "--inject: rank %d is a parameter server (ranks %d..%d); injections target the workers, ranks 0..%d",
+                             in->rank, workers, world - 1, workers - 1);
+        return dt_errorf(DT_ERR_INVALID, "--inject: rank %d does not exist in a run of %d rank%s (0..%d)", in->rank, world,
+                         world == 1 ? "" : "s", world - 1);
+    }
+    bool *bad = dt_calloc((size_t)workers, sizeof(bool));
+    float z;
+    if (!bad) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    bool zero = tr_alie_setup(c, workers, bad, &z) && !(z > 0);
+    dt_free(bad);
+    if (zero)
+        return dt_errorf(DT_ERR_INVALID, "--inject byzantine:mode=alie: with %d workers the paper's shift z is 0 (the attackers would send the honest mean); give one, e.g. mode=alie:1",
+                         workers);
+    return DT_OK;
+}
+
 dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *res) {
     memset(res, 0, sizeof *res);
     res->test_acc = -1.0f;
     dt_status st = dt_train_cfg_check(c);
     if (st) return st;
     int rank = dt_comm_rank(comm), world = dt_comm_size(comm);
+    if ((st = inject_check(c, c->strategy == DT_STRATEGY_HOGWILD ? 1 : world))) return st;
     bool lead = rank == 0;
     bool quiet = c->quiet || !lead;
     dt_comm_set_timeout(comm, c->timeout);
@@ -880,9 +951,15 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if ((st = dt_agg_check(&ag.a, D))) goto done;
         ag.vecs = dt_alloc_floats((size_t)D * m->n);
         ag.scratch = dt_alloc_floats(dt_agg_scratch_floats(&ag.a, D, m->n));
-        if (!ag.vecs || !ag.scratch) {
+        if (!ag.vecs || !ag.scratch || !(ag.alie_bad = dt_calloc((size_t)D, sizeof(bool)))) {
             st = dt_errorf(DT_ERR_NOMEM, "out of memory gathering %d worker gradients", D);
             goto done;
+        }
+        if (!tr_alie_setup(c, D, ag.alie_bad, &ag.alie_z)) {
+            dt_free(ag.alie_bad);
+            ag.alie_bad = NULL;
+        } else if (lead) {
+            tr_alie_log(ag.alie_z);
         }
     }
     int64_t steps_per_epoch = (d.n_train + B - 1) / B;
@@ -1364,6 +1441,7 @@ done:
     for (int k = 0; k < 4; k++) dt_free(gbuf[k]);
     dt_free(ag.vecs);
     dt_free(ag.scratch);
+    dt_free(ag.alie_bad);
     dt_free(ag.wm);
     dt_free(bal);
     dt_pipe_destroy(pipe);

@@ -32,6 +32,19 @@ static dt_status ps_server_ckpt(void *ctx, int64_t clock, size_t lo, size_t len,
     return st;
 }
 
+/* --inject byzantine:mode=alie on the server: the attackers' rows of a BSP
+ * step become mean - z * std of the honest rows (coordinate-wise, so a server's
+ * range gets what data parallelism computes over the whole vector). */
+typedef struct ps_alie {
+    bool *bad; /* W */
+    float z;
+} ps_alie;
+
+static void ps_alie_tamper(void *ctx, float *vecs, int W, size_t len) {
+    const ps_alie *a = ctx;
+    dt_agg_alie(vecs, W, len, a->bad, a->z);
+}
+
 /* Worker momentum under the parameter server: as backward finishes a block,
  * its gradients become this worker's momentum direction, then the ranges that
  * are complete go (dt_ps_block_done). */
@@ -179,7 +192,17 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         /* The server's own update count: one per step under BSP, one per push otherwise. */
         pc.t0 = c->ps.mode == DT_PS_BSP ? start : start * W;
         (void)rt;
+        ps_alie alie = {dt_calloc((size_t)W, sizeof(bool)), 0};
+        if (!alie.bad) {
+            st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        if (tr_alie_setup(c, W, alie.bad, &alie.z)) {
+            pc.tamper = ps_alie_tamper;
+            pc.tamper_ctx = &alie;
+        }
         st = dt_ps_serve(m, world, &pc, &scfg, &sched, hist, lost);
+        dt_free(alie.bad);
     } else {
         int maxB = (B + W - 1) / W;
         dt_ps_cfg pc = c->ps;
@@ -188,6 +211,12 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         pc.comp.seed = c->seed;
         pc.start_clock = start; /* the servers register every worker's first pull */
         if ((st = dt_ps_client_create(&cl, m, world, &pc))) goto out;
+        if (lead) { /* the servers inject it (ps_alie_tamper); rank 0 says so */
+            bool *bad = dt_calloc((size_t)W, sizeof(bool));
+            float z;
+            if (bad && tr_alie_setup(c, W, bad, &z)) tr_alie_log(z);
+            dt_free(bad);
+        }
         /* Resume: this worker's error-feedback residual (BSP checkpoints hold them). */
         dt_gc *gc = dt_ps_client_gc(cl);
         if (gc && dt_gc_error(gc) && start > 0 && resume_path[0]) {
