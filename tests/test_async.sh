@@ -94,6 +94,11 @@ expect "must be none, nnm or nnm:F" -n 3 $S --aggregate median --pre-aggregate b
 expect "needs --consistency bsp with the parameter server" -n 3 --strategy ps --consistency asp $S --inject byzantine:rank=0:mode=alie
 expect "paper's shift z is 0" -n 4 $S --aggregate mean --inject byzantine:rank=1:mode=alie
 expect "alie:Z needs a shift Z in" -n 3 $S --inject byzantine:rank=1:mode=alie:200
+expect "alie:Z needs a shift Z in" -n 3 $S --inject byzantine:rank=1:mode=alie:0
+expect "collude on one shift" -n 5 $S --inject byzantine:rank=1:mode=alie:1 --inject byzantine:rank=2:mode=alie:2
+expect "2 of 4 workers attack" -n 4 $S --inject byzantine:rank=1:mode=alie:1 --inject byzantine:rank=2:mode=alie:1
+expect "byzantine takes rank and mode only" -n 3 $S --inject byzantine:rank=1:mode=alie:factor=2
+expect "slow takes rank and factor only" -n 3 $S --inject slow:rank=1:factor=2:step=4
 expect "mode must be signflip, random, scale:X or alie" -n 3 $S --inject byzantine:rank=1:mode=alien
 expect "rank 7 does not exist in a run of 3 ranks" -n 3 $S --inject slow:rank=7:factor=2
 expect "rank 2 is a parameter server" -n 3 --strategy ps $S --inject crash:rank=2:step=3

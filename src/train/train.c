@@ -161,7 +161,7 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
     else if (kl == 9 && strncmp(spec, "byzantine", 9) == 0) out->kind = DT_INJECT_BYZANTINE;
     else
         return dt_errorf(DT_ERR_INVALID, "--inject '%s': kind must be crash, hang, slow or byzantine", spec);
-    bool have_mode = false;
+    bool have_mode = false, have_factor = false, have_step = false;
     while (p && *p == ':') {
         p++;
         const char *eq = strchr(p, '=');
@@ -176,7 +176,9 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
             long long v = strtoll(eq + 1, &end, 10);
             if (errno || end == eq + 1 || v < 1) return dt_errorf(DT_ERR_INVALID, "--inject '%s': bad step (1-based)", spec);
             out->step = v;
+            have_step = true;
         } else if (strncmp(p, "factor=", 7) == 0) {
+            have_factor = true;
             double v = strtod(eq + 1, &end);
             if (errno || end == eq + 1 || !(v >= 1.0 && v <= 1000.0)) return dt_errorf(DT_ERR_INVALID, "--inject '%s': factor must be in [1, 1000]", spec);
             out->factor = (float)v;
@@ -193,8 +195,8 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
                 if (*end == ':' && end[1] != '\0' && strchr("0123456789.-+", end[1])) {
                     const char *q = end + 1;
                     double z = strtod(q, &end);
-                    if (end == q || !(z >= 0 && z <= 100))
-                        return dt_errorf(DT_ERR_INVALID, "--inject '%s': alie:Z needs a shift Z in [0, 100] (honest standard deviations)", spec);
+                    if (end == q || !(z > 0 && z <= 100))
+                        return dt_errorf(DT_ERR_INVALID, "--inject '%s': alie:Z needs a shift Z in (0, 100] (honest standard deviations)", spec);
                     out->factor = (float)z;
                 }
             }
@@ -214,6 +216,13 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
         if (*p && *p != ':') return dt_errorf(DT_ERR_INVALID, "--inject '%s': junk after a value", spec);
     }
     if (out->rank < 0) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs rank=R", spec);
+    /* Every key acts: one that the kind ignores is refused, not dropped. */
+    static const char *takes[] = {"rank and step", "rank and step", "rank and factor", "rank and mode"};
+    bool stray = out->kind == DT_INJECT_BYZANTINE ? have_step || have_factor
+                 : out->kind == DT_INJECT_SLOW     ? have_step || have_mode
+                                                   : have_factor || have_mode;
+    if (stray)
+        return dt_errorf(DT_ERR_INVALID, "--inject '%s': %.*s takes %s only", spec, (int)kl, spec, takes[out->kind]);
     if (out->kind == DT_INJECT_BYZANTINE) {
         if (!have_mode) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs mode=signflip|random|scale:X|alie[:Z]", spec);
         return DT_OK;
@@ -515,7 +524,10 @@ bool tr_alie_setup(const dt_train_cfg *c, int n, bool *bad, float *z) {
 }
 
 void tr_alie_log(float z) {
-    dt_log(DT_LOG_WARN, "--inject byzantine:mode=alie: the attackers send mean - %.3g x std of the honest gradients", (double)z);
+    if (z > 0)
+        dt_log(DT_LOG_WARN, "--inject byzantine:mode=alie: the attackers send mean - %.3g x std of the honest gradients", (double)z);
+    else /* a restart on fewer workers (the first attempt refuses this) */
+        dt_log(DT_LOG_WARN, "--inject byzantine:mode=alie: on this many workers the paper's shift is 0: the attackers send the honest mean");
 }
 
 /* --inject byzantine: this rank replaces its gradient (m->g) by an attack. */
@@ -526,7 +538,7 @@ bool tr_byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t ste
         const dt_inject *in = &c->inject[i];
         if (in->kind != DT_INJECT_BYZANTINE || in->rank != r) continue;
         hit = true;
-        if (in->mode == DT_BYZ_ALIE) continue; /* replaced where every vector is seen: tr_alie */
+        if (in->mode == DT_BYZ_ALIE) continue; /* rewritten where every vector meets (dt_agg_alie) */
         /* signflip: the negated gradient amplified 10x, as an attacker pulling the
          * model uphill would send; random: noise 100x the honest gradient's rms,
          * fresh every step; scale:X: the gradient times X. */
@@ -741,29 +753,37 @@ static void watchdog_start(double limit) {
 
 /* Every --inject names a rank that exists and acts on it: a worker under the
  * parameter server (servers run no steps to crash, slow or corrupt). Under
- * ALIE the shift must move something. */
+ * ALIE the shift must move something. Checked in the first attempt only: a
+ * supervisor's restart on fewer ranks (elastic) keeps the flags, and crash,
+ * hang and slow fire in the first attempt only anyway. */
 static dt_status inject_check(const dt_train_cfg *c, int world) {
     if (c->n_inject > 0 && c->strategy == DT_STRATEGY_HOGWILD)
         return dt_errorf(DT_ERR_INVALID, "--inject does not apply to --strategy hogwild (its threads share one process)");
     int workers = c->strategy == DT_STRATEGY_PS ? world - c->ps.servers : world;
-    if (workers < 1) return DT_OK; /* refused with its own message by the parameter server */
+    if (workers < 1 || !tr_first_attempt()) return DT_OK; /* no worker: refused with its own message */
+    int f = 0;
+    float z = NAN;
     for (int i = 0; i < c->n_inject; i++) {
         const dt_inject *in = &c->inject[i];
-        if (in->rank < workers) continue;
-        if (c->strategy == DT_STRATEGY_PS && in->rank < world)
+        if (in->rank >= world)
+            return dt_errorf(DT_ERR_INVALID, "--inject: rank %d does not exist in a run of %d rank%s (0..%d)", in->rank, world,
+                             world == 1 ? "" : "s", world - 1);
+        if (in->rank >= workers)
             return dt_errorf(DT_ERR_INVALID, "--inject: rank %d is a parameter server (ranks %d..%d); injections target the workers, ranks 0..%d",
                              in->rank, workers, world - 1, workers - 1);
-        return dt_errorf(DT_ERR_INVALID, "--inject: rank %d does not exist in a run of %d rank%s (0..%d)", in->rank, world,
-                         world == 1 ? "" : "s", world - 1);
+        if (in->kind != DT_INJECT_BYZANTINE || in->mode != DT_BYZ_ALIE) continue;
+        f++;
+        if (!isnan(in->factor) && !isnan(z) && in->factor != z)
+            return dt_errorf(DT_ERR_INVALID, "--inject byzantine:mode=alie: the attackers collude on one shift; give every alie injection the same Z");
+        if (!isnan(in->factor)) z = in->factor;
     }
-    bool *bad = dt_calloc((size_t)workers, sizeof(bool));
-    float z;
-    if (!bad) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    bool zero = tr_alie_setup(c, workers, bad, &z) && !(z > 0);
-    dt_free(bad);
-    if (zero)
-        return dt_errorf(DT_ERR_INVALID, "--inject byzantine:mode=alie: with %d workers the paper's shift z is 0 (the attackers would send the honest mean); give one, e.g. mode=alie:1",
-                         workers);
+    if (f == 0) return DT_OK;
+    if (2 * f >= workers)
+        return dt_errorf(DT_ERR_INVALID, "--inject byzantine:mode=alie: %d of %d workers attack; it hides among an honest majority, so at most %d may",
+                         f, workers, (workers - 1) / 2);
+    if (isnan(z) && !(dt_agg_alie_z(workers, f) > 0))
+        return dt_errorf(DT_ERR_INVALID, "--inject byzantine:mode=alie: with %d workers and %d attacker%s the paper's shift z is 0 (they would send the honest mean); give one, e.g. mode=alie:1",
+                         workers, f, f == 1 ? "" : "s");
     return DT_OK;
 }
 

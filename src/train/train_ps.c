@@ -357,7 +357,8 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
     }
     res->seconds = dt_now() - t0;
     res->steps = total;
-    res->items_per_s = (double)total * B * (d->lm ? d->T : 1) / (res->seconds > 1e-9 ? res->seconds : 1e-9);
+    /* This process's steps only (a resumed run did not train the first `start`). */
+    res->items_per_s = (double)(total - start) * B * (d->lm ? d->T : 1) / (res->seconds > 1e-9 ? res->seconds : 1e-9);
     if (st) goto out;
     /* Every rank still here knows who was lost (the servers' farewell). */
     for (int w = 0; w < W; w++) {
@@ -387,7 +388,7 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         st = tr_evaluate(m, eacts, d, &eb, eB, c->eval_max, self, NULL, 0, 1, true, &res->test_acc, &res->eval_loss);
         tr_batch_buf_free(&eb);
         if (st) goto out;
-        if (metrics) {
+        if (metrics && start < total) { /* resumed at its end: the lines are there already */
             if (d->lm) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6f,\"time_s\":%.3f}\n", (long long)total, (double)res->eval_loss, res->seconds);
             else fprintf(metrics, "{\"step\":%lld,\"test_acc\":%.6f,\"test_loss\":%.6f,\"time_s\":%.3f}\n", (long long)total,
                          (double)res->test_acc, (double)res->eval_loss, res->seconds);

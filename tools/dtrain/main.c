@@ -175,7 +175,9 @@ static const char *train_help2 =
     "                       slow:rank=R:factor=F, byzantine:rank=R:mode=signflip|random|scale:X|\n"
     "                       alie[:Z] (a little is enough: mean - Z std of the honest gradients,\n"
     "                       Z by default the paper's for the worker count; on the parameter\n"
-    "                       server with --consistency bsp) (fires in the first attempt only)\n"
+    "                       server with --consistency bsp); crash, hang and slow fire in the\n"
+    "                       first attempt only, byzantine in every attempt\n";
+static const char *train_help3 =
     "consistency, robustness, heterogeneity (plain data parallelism)\n"
     "  --strategy sync|localsgd:H|hogwild   local SGD: independent steps, parameters averaged\n"
     "                       every H; hogwild: --threads T threads share one model, no locks [sync]\n"
@@ -245,7 +247,10 @@ static int parse_flags(int argc, char **argv, cli *c, bool train) {
     } while (0)
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
             fputs(train ? train_help : eval_help, stdout);
-            if (train) fputs(train_help2, stdout);
+            if (train) {
+                fputs(train_help2, stdout);
+                fputs(train_help3, stdout);
+            }
             exit(0);
         } else if (strcmp(f, "--model") == 0) { NEEDV();
         } else if (strcmp(f, "--data") == 0) { NEEDV(); t->data = v;
