@@ -64,13 +64,13 @@ int main(void) {
         for (int n = 3; n <= 300; n += (n < 18 ? 1 : n < 40 ? 11 : 260)) {
             for (size_t j = 0; j < (size_t)n * P; j++) vv[j] = urand() * (j % 7 == 0 ? 1000.0f : 1.0f);
             vv[5] = vv[P + 5]; /* ties */
-            dt_agg r = {DT_AGG_MEDIAN, 0, 0, 0};
+            dt_agg r = {.kind = DT_AGG_MEDIAN};
             float *sc = malloc(dt_agg_scratch_floats(&r, n, P) * sizeof(float));
             dt_agg_apply(&r, o1, vv, n, P, sc);
             ref_rule(o2, vv, n, P, -1);
             bad += memcmp(o1, o2, P * sizeof(float)) != 0;
             free(sc);
-            r = (dt_agg){DT_AGG_TRIMMED, (n - 1) / 3, 0, 0};
+            r = (dt_agg){.kind = DT_AGG_TRIMMED, .param = (n - 1) / 3};
             sc = malloc(dt_agg_scratch_floats(&r, n, P) * sizeof(float));
             dt_agg_apply(&r, o1, vv, n, P, sc);
             ref_rule(o2, vv, n, P, r.param);
@@ -122,22 +122,48 @@ int main(void) {
     {
         float nv[5 * 3] = {1, 10, -1,  2, 11, -2,  3, 12, -3,  4, 13, -4,  NAN, NAN, NAN};
         float o[3], sc[4096];
-        dt_agg r = {DT_AGG_MEDIAN, 0, 0, 0};
+        dt_agg r = {.kind = DT_AGG_MEDIAN};
         dt_agg_apply(&r, o, nv, 5, 3, sc);
         float e1[3] = {3, 12, -2}; /* NaN counts as +inf: the median of the four honest and +inf */
         test_close("median with a NaN worker", o, e1, 3, 0, 0);
-        r = (dt_agg){DT_AGG_TRIMMED, 1, 0, 0};
+        r = (dt_agg){.kind = DT_AGG_TRIMMED, .param = 1};
         dt_agg_apply(&r, o, nv + 3, 4, 3, sc); /* workers 2..5: 2, 3, 4, NaN */
         float e2[3] = {3.5f, 12.5f, -2.5f};
         test_close("trimmed:1 with a NaN worker", o, e2, 3, 1e-6, 0);
-        r = (dt_agg){DT_AGG_KRUM, 1, 0, 0};
+        r = (dt_agg){.kind = DT_AGG_KRUM, .param = 1};
         float kv[5 * 3] = {NAN, NAN, NAN,  1, 10, -1,  2, 11, -2,  3, 12, -3,  4, 13, -4};
         dt_agg_apply(&r, o, kv, 5, 3, sc);
         float e3[3] = {2.5f, 11.5f, -2.5f}; /* the four honest, though the NaN worker is first */
         test_close("multi-krum with a NaN worker first", o, e3, 3, 1e-6, 0);
-        r = (dt_agg){DT_AGG_MEDIAN, 0, 0, 1};
+        r = (dt_agg){.kind = DT_AGG_MEDIAN, .nnm = 1};
         dt_agg_apply(&r, o, kv, 5, 3, sc);
         test_close("nnm:1 + median with a NaN worker", o, e3, 3, 1e-6, 0);
+    }
+
+    /* Centred clipping: from the centre in out, each difference clipped to the
+     * radius (given, or the median of the distances), then their mean added. */
+    {
+        float cv[4 * 2] = {3, 4,  0, 1,  0, -2,  300, 400}; /* distances from (0,0): 5, 1, 2, 500 */
+        float o[2] = {0, 0}, sc[64];
+        dt_agg r;
+        test_cond("cclip parses", dt_agg_parse("cclip", &r) == DT_OK && r.kind == DT_AGG_CCLIP && r.tau == 0);
+        dt_agg_apply(&r, o, cv, 4, 2, sc);
+        /* median radius: sorted 1, 2, 5, 500 -> the lower middle, 2: (3,4) and (300,400) scale to norm 2 */
+        float e[2] = {(float)((1.2 + 0 + 0 + 1.2) / 4), (float)((1.6 + 1 - 2 + 1.6) / 4)};
+        test_close("cclip, median radius", o, e, 2, 1e-6f, 0);
+        dt_agg_parse("cclip:1000", &r);
+        float c0[2] = {1, 1};
+        dt_agg_apply(&r, c0, cv, 4, 2, sc); /* nothing clipped: the mean */
+        float mean_e[2] = {75.75f, 100.75f};
+        test_close("cclip, radius above every distance = the mean", c0, mean_e, 2, 1e-5f, 0);
+        float nanv[3 * 2] = {1, 1,  NAN, 0,  3, 3};
+        float c1[2] = {0, 0};
+        dt_agg_parse("cclip:100", &r);
+        dt_agg_apply(&r, c1, nanv, 3, 2, sc);
+        float e1[2] = {4.0f / 3, 4.0f / 3}; /* the NaN row moves nothing */
+        test_close("cclip with a NaN worker", c1, e1, 2, 1e-6f, 0);
+        test_cond("cclip:0 and cclip:x refused", dt_agg_parse("cclip:0", &r) != DT_OK && dt_agg_parse("cclip:x", &r) != DT_OK);
+        test_cond("cclip with 2 workers refused", dt_agg_parse("cclip", &r) == DT_OK && dt_agg_check(&r, 2) != DT_OK);
     }
 
     /* ALIE: the bad rows become mean - z * population std of the honest rows. */

@@ -64,6 +64,20 @@ exact_wm() { local name=$1; shift
   else fail "$name: $m"; fi; }
 exact_wm wm_dp -n 3
 exact_wm wm_ps -n 4 --strategy ps --servers 1 --consistency bsp
+# centred clipping keeps the last aggregate: it is in the checkpoint, so a
+# resume is bitwise exact; a checkpoint without it starts the centre at zero
+CC="--model mlp --hidden 64 --batch 60 --steps 30 --lr 0.05 --quiet --eval-every 0 --aggregate cclip --inject byzantine:rank=2:mode=signflip"
+run cc_a -n 3 $CC && run cc_b -n 3 $CC --ckpt-dir "$tmp/cc_ck" --ckpt-every 10 --inject crash:rank=1:step=28 --max-restarts 1 --resume auto && {
+  if m=$("$dt" diff "$tmp/cc_a/model.safetensors" "$tmp/cc_b/model.safetensors") && grep -q "resuming" "$tmp/cc_b.log" &&
+     "$dt" inspect "$tmp/cc_ck/ckpt-0000000030" 2>&1 | grep -q "aggregate.centre"; then
+    ok "cclip: killed at step 28, resumed with its centre, bitwise equal to the run without a crash ($m)"
+  else fail "cclip resume: $m"; fi; }
+run cc_from_med -n 3 $CC --steps 40 --resume "$tmp/wm_dp_ck/ckpt-0000000030" &&
+  { grep -q "has no centred-clipping centre" "$tmp/cc_from_med.log" && ok "cclip resumed from a median checkpoint: the centre starts from zero, and says so" ||
+      fail "cclip from a checkpoint without a centre: $(tail -2 "$tmp/cc_from_med.log")"; }
+run cc_mean -n 3 ${CC/cclip/mean} && {
+  "$dt" diff "$tmp/cc_a/model.safetensors" "$tmp/cc_mean/model.safetensors" > /dev/null &&
+    fail "cclip under sign-flip equals the mean" || ok "cclip under sign-flip is not the mean"; }
 # another layout: 3 workers' momenta -> their mean on each of 4 workers, and the
 # optimizer's momentum of a run without worker momentum -> every worker
 run wm_4 -n 4 $R --steps 40 --resume "$tmp/wm_dp_ck/ckpt-0000000030" &&
@@ -91,6 +105,8 @@ expect "nnm:2 needs at least 5 workers" -n 4 $S --aggregate trimmed:1 --pre-aggr
 expect "nnm:2 needs at least 5 workers" -n 5 --strategy ps --servers 1 --consistency bsp $S --timeout 20 --aggregate trimmed:1 --pre-aggregate nnm:2
 expect "plans for no bad worker" -n 5 $S --aggregate krum:0 --pre-aggregate nnm
 expect "must be none, nnm or nnm:F" -n 3 $S --aggregate median --pre-aggregate bucket
+expect "cclip keeps the last aggregate" -n 4 --strategy ps --servers 1 --consistency bsp $S --aggregate cclip
+expect "cclip:TAU needs a clipping radius" -n 3 $S --aggregate cclip:-1
 expect "needs --consistency bsp with the parameter server" -n 3 --strategy ps --consistency asp $S --inject byzantine:rank=0:mode=alie
 expect "paper's shift z is 0" -n 4 $S --aggregate mean --inject byzantine:rank=1:mode=alie
 expect "alie:Z needs a shift Z in" -n 3 $S --inject byzantine:rank=1:mode=alie:200

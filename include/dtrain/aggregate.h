@@ -9,6 +9,13 @@
  *               workers (Multi-Krum; M defaults to n-F, M = 1 is the original
  *               Krum, whose single-worker pick has n times the variance):
  *               tolerates f <= F, needs n >= 2F+3
+ *   cclip[:TAU]  centred clipping (Karimireddy, He & Jaggi, ICML 2021): from
+ *               the previous step's aggregate v, v + mean_i clip(x_i - v, TAU),
+ *               clip scaling a difference down to norm TAU; TAU by default the
+ *               median of the n distances |x_i - v| (an honest one while
+ *               f < n/2). One pass, as the paper runs it with momentum. It keeps
+ *               history, so the caller passes v in `out` (zeros at the start)
+ *               and keeps the result for the next step. Tolerates f < n/2.
  *
  * Pre-aggregation (--pre-aggregate nnm[:F]): nearest-neighbour mixing (Allouah
  * et al., AISTATS 2023) first replaces every vector by the mean of its n-F
@@ -29,16 +36,17 @@
 extern "C" {
 #endif
 
-typedef enum { DT_AGG_NONE, DT_AGG_MEAN, DT_AGG_MEDIAN, DT_AGG_TRIMMED, DT_AGG_KRUM, DT_AGG_COUNT } dt_agg_kind;
+typedef enum { DT_AGG_NONE, DT_AGG_MEAN, DT_AGG_MEDIAN, DT_AGG_TRIMMED, DT_AGG_KRUM, DT_AGG_CCLIP, DT_AGG_COUNT } dt_agg_kind;
 
 typedef struct dt_agg {
     dt_agg_kind kind;
     int param;               /* B for trimmed, F for krum */
     int m;                   /* krum: workers averaged (0: n - F) */
     int nnm;                 /* nearest-neighbour mixing first: 0 none, -1 F from the rule, else F */
+    float tau;               /* cclip: clipping radius (0: the median distance) */
 } dt_agg;
 
-/* "mean", "median", "trimmed:B", "krum:F". */
+/* "mean", "median", "trimmed:B", "krum:F[:M]", "cclip[:TAU]". */
 dt_status dt_agg_parse(const char *s, dt_agg *out);
 /* --pre-aggregate: "none", "nnm" or "nnm:F" into a->nnm. */
 dt_status dt_agg_parse_pre(const char *s, dt_agg *a);
@@ -47,7 +55,8 @@ dt_status dt_agg_check(const dt_agg *a, int n);
 /* Bad workers the configuration tolerates with n workers (0 for mean). */
 int dt_agg_tolerated(const dt_agg *a, int n);
 /* out (P) from vecs (n x P). scratch: dt_agg_scratch_floats(a, n, P) floats.
- * Returns the index Krum chose (-1 for the other rules). */
+ * cclip reads its centre (the previous aggregate) from out. Returns the index
+ * Krum chose (-1 for the other rules). */
 int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P, float *scratch);
 size_t dt_agg_scratch_floats(const dt_agg *a, int n, size_t P);
 

@@ -33,8 +33,16 @@ dt_status dt_agg_parse(const char *s, dt_agg *out) {
                 return dt_errorf(DT_ERR_INVALID, "--aggregate %s: krum:F:M needs M >= 1 (workers averaged)", s);
             out->m = (int)mm;
         }
+    } else if (strcmp(s, "cclip") == 0 || strncmp(s, "cclip:", 6) == 0) {
+        out->kind = DT_AGG_CCLIP;
+        if (s[5] == ':') {
+            double t = strtod(s + 6, &end);
+            if (end == s + 6 || *end || !(t > 0 && t < 1e30))
+                return dt_errorf(DT_ERR_INVALID, "--aggregate %s: cclip:TAU needs a clipping radius TAU > 0 (or plain cclip: the median distance)", s);
+            out->tau = (float)t;
+        }
     } else {
-        return dt_errorf(DT_ERR_INVALID, "--aggregate must be mean, median, trimmed:B or krum:F, got '%s'", s);
+        return dt_errorf(DT_ERR_INVALID, "--aggregate must be mean, median, trimmed:B, krum:F or cclip[:TAU], got '%s'", s);
     }
     return DT_OK;
 }
@@ -56,7 +64,8 @@ dt_status dt_agg_parse_pre(const char *s, dt_agg *a) {
 
 int dt_agg_tolerated(const dt_agg *a, int n) {
     switch (a->kind) {
-    case DT_AGG_MEDIAN: return (n - 1) / 2;
+    case DT_AGG_MEDIAN:
+    case DT_AGG_CCLIP: return (n - 1) / 2;
     case DT_AGG_TRIMMED:
     case DT_AGG_KRUM: return a->param;
     default: return 0;
@@ -69,6 +78,9 @@ static dt_status rule_check(const dt_agg *a, int n) {
     switch (a->kind) {
     case DT_AGG_MEDIAN:
         if (n < 3) return dt_errorf(DT_ERR_INVALID, "--aggregate median needs at least 3 workers to tolerate one bad one (f < n/2), got %d", n);
+        return DT_OK;
+    case DT_AGG_CCLIP:
+        if (n < 3) return dt_errorf(DT_ERR_INVALID, "--aggregate cclip needs at least 3 workers to tolerate one bad one (f < n/2), got %d", n);
         return DT_OK;
     case DT_AGG_TRIMMED:
         if (n <= 2 * a->param)
@@ -90,8 +102,8 @@ dt_status dt_agg_check(const dt_agg *a, int n) {
     dt_status st = rule_check(a, n);
     if (st) return st;
     if (a->nnm) {
-        if (a->kind != DT_AGG_MEDIAN && a->kind != DT_AGG_TRIMMED && a->kind != DT_AGG_KRUM)
-            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm needs a robust --aggregate (median, trimmed:B or krum:F): "
+        if (a->kind != DT_AGG_MEDIAN && a->kind != DT_AGG_TRIMMED && a->kind != DT_AGG_KRUM && a->kind != DT_AGG_CCLIP)
+            return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm needs a robust --aggregate (median, trimmed:B, krum:F or cclip): "
                                              "the mean of the mixed vectors still follows a bad one");
         if (n > 256) return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm supports at most 256 workers");
         int f = nnm_f(a, n);
@@ -110,6 +122,7 @@ dt_status dt_agg_check(const dt_agg *a, int n) {
 static size_t rule_scratch(const dt_agg *a, int n) {
     size_t nn = (size_t)n * (size_t)n * 2 + 2 * (size_t)n;
     if (a->kind == DT_AGG_KRUM) return nn;
+    if (a->kind == DT_AGG_CCLIP) return 4 * (size_t)n; /* distances and their sorted copy, as doubles */
     if (a->kind == DT_AGG_MEDIAN || a->kind == DT_AGG_TRIMMED) return (size_t)n * 65; /* blocks + one column */
     return 1;
 }
@@ -228,8 +241,45 @@ static void order_stat(float *restrict out, const float *restrict vecs, int n, s
     }
 }
 
+/* Centred clipping, one pass from the centre v = out: every difference x_i - v
+ * is scaled down to norm tau when longer (tau <= 0: the median of the n norms,
+ * the lower one for even n), and v moves by their mean. A difference whose norm
+ * is not finite (a NaN or inf coordinate) counts as infinitely long and moves
+ * nothing. s: 2n doubles. */
+static void cclip(float *v, const float *vecs, int n, size_t P, float tau, double *s) {
+    double *norm = s, *sorted = s + n;
+    for (int i = 0; i < n; i++) {
+        const float *x = vecs + (size_t)i * P;
+        double q = 0;
+        for (size_t j = 0; j < P; j++) {
+            double t = (double)x[j] - (double)v[j];
+            q += t * t;
+        }
+        norm[i] = q == q && q < INFINITY ? sqrt(q) : INFINITY;
+        sorted[i] = norm[i];
+    }
+    double r = tau;
+    if (!(tau > 0)) {
+        for (int i = 1; i < n; i++) /* n is small: insertion sort */
+            for (int k = i; k > 0 && sorted[k - 1] > sorted[k]; k--) {
+                double t = sorted[k];
+                sorted[k] = sorted[k - 1];
+                sorted[k - 1] = t;
+            }
+        r = sorted[(n - 1) / 2];
+    }
+    /* weights: 1 inside the radius, r/|d| outside, 0 for a non-finite difference */
+    for (int i = 0; i < n; i++) norm[i] = norm[i] == INFINITY ? 0 : (norm[i] > r ? r / norm[i] : 1.0);
+    for (size_t j = 0; j < P; j++) {
+        double acc = 0;
+        for (int i = 0; i < n; i++)
+            if (norm[i] > 0) acc += norm[i] * ((double)vecs[(size_t)i * P + j] - (double)v[j]);
+        v[j] = (float)((double)v[j] + acc / n);
+    }
+}
+
 int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P, float *scratch) {
-    if (a->nnm && (a->kind == DT_AGG_MEDIAN || a->kind == DT_AGG_TRIMMED || a->kind == DT_AGG_KRUM)) {
+    if (a->nnm && a->kind != DT_AGG_NONE && a->kind != DT_AGG_MEAN) {
         float *mixed = scratch + mixed_at(a, n);
         nnm(mixed, vecs, n, P, nnm_f(a, n), (double *)scratch);
         dt_agg plain = *a;
@@ -267,6 +317,9 @@ int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P
         /* Average the M best-scored workers (ties: the lower index). */
         return mean_of_smallest(out, vecs, n, P, score, a->m > 0 ? a->m : n - a->param);
     }
+    case DT_AGG_CCLIP:
+        cclip(out, vecs, n, P, a->tau, (double *)scratch);
+        return -1;
     default: {
         for (size_t j = 0; j < P; j++) {
             double s = 0;

@@ -163,7 +163,7 @@ static void try_apply_bsp(server *sv) {
     int expected = 0, W = sv->W;
     for (int k = 0; k < W; k++) expected += sv->active[k] || sv->bsp_got[k];
     if (sv->bsp_have == 0 || sv->bsp_have < expected) return;
-    dt_agg a = sv->cfg.agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0, 0} : sv->cfg.agg;
+    dt_agg a = sv->cfg.agg.kind == DT_AGG_NONE ? (dt_agg){.kind = DT_AGG_MEAN} : sv->cfg.agg;
     if (sv->bsp_have == W) {
         if (sv->cfg.tamper) sv->cfg.tamper(sv->cfg.tamper_ctx, sv->bsp, W, sv->len);
         dt_agg_apply(&a, sv->agg_out, sv->bsp, W, sv->len, sv->agg_scratch);
@@ -373,7 +373,7 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
         goto out;
     }
     if (cfg->mode == DT_PS_BSP) {
-        dt_agg a = cfg->agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0, 0} : cfg->agg;
+        dt_agg a = cfg->agg.kind == DT_AGG_NONE ? (dt_agg){.kind = DT_AGG_MEAN} : cfg->agg;
         sv.bsp = dt_alloc_floats((size_t)W * sv.len);
         sv.agg_out = dt_alloc_floats(sv.len);
         sv.agg_scratch = dt_alloc_floats(dt_agg_scratch_floats(&a, W, sv.len) + 1);

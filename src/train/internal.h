@@ -34,6 +34,7 @@ typedef struct agg_state {
     float *wm;        /* worker momentum: this worker's buffer (P), or NULL */
     bool *alie_bad;   /* --inject byzantine:mode=alie: the attacking rows (D), or NULL */
     float alie_z;
+    float *centre;    /* --aggregate cclip: the last aggregate (P), or NULL */
 } agg_state;
 
 dt_status tr_batch_buf_init(batch_buf *b, const dt_model *m, int B, int T);

@@ -64,7 +64,8 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
 bool dt_train_worker_momentum(const dt_train_cfg *c) {
     bool sgd_momentum = c->optim.kind == DT_OPTIM_SGD && c->optim.momentum > 0.0f;
     if (c->worker_momentum >= 0) return c->worker_momentum == 1 && sgd_momentum && c->agg.kind != DT_AGG_NONE;
-    return sgd_momentum && (c->agg.kind == DT_AGG_MEDIAN || c->agg.kind == DT_AGG_TRIMMED || c->agg.kind == DT_AGG_KRUM);
+    return sgd_momentum && (c->agg.kind == DT_AGG_MEDIAN || c->agg.kind == DT_AGG_TRIMMED || c->agg.kind == DT_AGG_KRUM ||
+                            c->agg.kind == DT_AGG_CCLIP);
 }
 
 dt_status dt_train_cfg_check(const dt_train_cfg *c) {
@@ -115,6 +116,8 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     for (int i = 0; i < c->n_inject; i++) alie |= c->inject[i].kind == DT_INJECT_BYZANTINE && c->inject[i].mode == DT_BYZ_ALIE;
     if (alie && c->strategy == DT_STRATEGY_PS && c->ps.mode != DT_PS_BSP)
         return dt_errorf(DT_ERR_INVALID, "--inject byzantine:mode=alie sees every honest gradient of a step: it needs --consistency bsp with the parameter server");
+    if (c->strategy == DT_STRATEGY_PS && c->agg.kind == DT_AGG_CCLIP)
+        return dt_errorf(DT_ERR_INVALID, "--aggregate cclip keeps the last aggregate as its centre, which the parameter server does not checkpoint yet: use it with data parallelism (-n N), or median, trimmed:B or krum:F on the server");
     if (c->strategy == DT_STRATEGY_PS && c->agg.kind != DT_AGG_NONE && c->ps.mode != DT_PS_BSP)
         return dt_errorf(DT_ERR_INVALID, "--aggregate with the parameter server needs --consistency bsp (every step's gradients together)");
     if (c->agg.nnm && (c->agg.kind == DT_AGG_NONE || c->agg.kind == DT_AGG_MEAN))
@@ -500,7 +503,9 @@ dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, 
     dt_status st = dt_allgather(dpc, ag->vecs, (size_t)D * P, c->dp.algo);
     if (st) return st;
     if (ag->alie_bad) dt_agg_alie(ag->vecs, D, P, ag->alie_bad, ag->alie_z);
+    if (ag->centre) memcpy(m->g, ag->centre, P * sizeof(float)); /* cclip starts from the last aggregate */
     dt_agg_apply(&ag->a, m->g, ag->vecs, D, P, ag->scratch);
+    if (ag->centre) memcpy(ag->centre, m->g, P * sizeof(float));
     return DT_OK;
 }
 
@@ -627,8 +632,8 @@ dt_status tr_resume_worker_momentum(const char *path, const dt_ckpt_state *s, fl
     return DT_OK;
 }
 
-static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full, dt_dp *dp, float *wm, int64_t pos[2],
-                             int64_t *start_step, bool lead, int replica, int D) {
+static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full, dt_dp *dp, float *wm, float *centre,
+                             int64_t pos[2], int64_t *start_step, bool lead, int replica, int D) {
     char path[4096];
     dt_status st;
     if (strcmp(c->resume, "auto") == 0) {
@@ -660,6 +665,12 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full,
      * parallelism takes its shards; worker momentum itself never runs with --tp). */
     bool have_m = s.n_states >= 1;
     if (!st) st = tr_resume_worker_momentum(path, &s, wm, M, &have_m, replica, D, lm->n, lead);
+    if (!st && centre) { /* centred clipping's history: the last aggregate, the same on every rank */
+        bool found = false;
+        st = dt_ckpt_read_extra(path, "aggregate.centre", centre, lm->n, &found);
+        if (!st && !found && lead)
+            dt_log(DT_LOG_INFO, "%s has no centred-clipping centre (aggregate.centre): it starts from zero", path);
+    }
     if (!st && full) {
         dt_model_local_from_logical(m, m->w, full, full->w);
         dt_model_local_from_logical(m, Ml, full, M);
@@ -943,6 +954,10 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     /* Worker momentum: the workers hold the momentum (and the weight decay), the
      * aggregate is applied as plain SGD. */
     bool wmom = dt_train_worker_momentum(c);
+    if (c->agg.kind == DT_AGG_CCLIP && !(ag.centre = dt_alloc_floats(m->n))) { /* zeroed: the first centre */
+        st = dt_errorf(DT_ERR_NOMEM, "out of memory for the centred-clipping centre");
+        goto done;
+    }
     if (wmom && !(ag.wm = dt_alloc_floats(m->n))) { /* zeroed */
         st = dt_errorf(DT_ERR_NOMEM, "out of memory for the worker momentum");
         goto done;
@@ -959,7 +974,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     if (P > 1 && (st = dt_pipe_create(&pipe, m, ppc, &part, &c->pipe, micro_max))) goto done;
     int64_t start_step = 0;
     res->resumed_from = -1;
-    if (c->resume && (st = resume_from(c, m, TP > 1 ? full : NULL, dp, ag.wm, sampler_pos, &start_step, lead, replica, D))) goto done;
+    if (c->resume && (st = resume_from(c, m, TP > 1 ? full : NULL, dp, ag.wm, ag.centre, sampler_pos, &start_step, lead, replica, D))) goto done;
     if (start_step > 0) res->resumed_from = start_step;
 
     bool byz = false;
@@ -967,7 +982,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     bool gathered = (c->agg.kind != DT_AGG_NONE || byz) && c->strategy != DT_STRATEGY_PS;
     bool per_worker = gathered || c->strategy == DT_STRATEGY_LOCALSGD;
     if (gathered) {
-        ag.a = c->agg.kind == DT_AGG_NONE ? (dt_agg){DT_AGG_MEAN, 0, 0, 0} : c->agg;
+        ag.a = c->agg.kind == DT_AGG_NONE ? (dt_agg){.kind = DT_AGG_MEAN} : c->agg;
         if ((st = dt_agg_check(&ag.a, D))) goto done;
         ag.vecs = dt_alloc_floats((size_t)D * m->n);
         ag.scratch = dt_alloc_floats(dt_agg_scratch_floats(&ag.a, D, m->n));
@@ -1067,7 +1082,8 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if (world > 1)
             dt_log(DT_LOG_INFO, "data parallel on %d ranks: %d buckets, %s, ZeRO-%d, %zu optimizer bytes per rank",
                    world, dt_dp_n_buckets(dp), dt_algo_name(c->dp.algo), c->dp.zero, mem.optim_bytes);
-        static const char *const rule[DT_AGG_COUNT] = {"mean", "mean", "coordinate-wise median", "trimmed mean", "Multi-Krum"};
+        static const char *const rule[DT_AGG_COUNT] = {"mean", "mean", "coordinate-wise median", "trimmed mean", "Multi-Krum",
+                                                       "centred clipping"};
         if (gathered)
             dt_log(DT_LOG_INFO, "aggregation: %s%s of the %d workers' %s", rule[ag.a.kind], ag.a.nnm ? " after nearest-neighbour mixing" : "",
                    D, ag.wm ? "momenta (worker momentum)" : "gradients");
@@ -1181,9 +1197,9 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             /* Compression state as extra tensors; under ZeRO-0 only replica 0
              * writes optimizer state (the others hold the same copy). */
             char ef_name[64], wm_name[64];
-            const char *xname[3];
-            const float *xdata[3];
-            size_t xlen[3];
+            const char *xname[4];
+            const float *xdata[4];
+            size_t xlen[4];
             dt_gc *gc = dt_dp_gc(dp);
             if (ag.wm) {
                 /* Worker momentum: every replica's own buffer (the optimizer has none). */
@@ -1195,6 +1211,14 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                 shard.extra_data = xdata;
                 shard.extra_len = xlen;
                 if (replica != 0) shard.n = 0;
+            }
+            if (ag.centre && replica == 0) {
+                xname[shard.n_extra] = "aggregate.centre";
+                xdata[shard.n_extra] = ag.centre;
+                xlen[shard.n_extra++] = m->n;
+                shard.extra_name = xname;
+                shard.extra_data = xdata;
+                shard.extra_len = xlen;
             }
             if (gc) {
                 if (dt_gc_error(gc)) {
@@ -1462,6 +1486,7 @@ done:
     dt_free(ag.vecs);
     dt_free(ag.scratch);
     dt_free(ag.alie_bad);
+    dt_free(ag.centre);
     dt_free(ag.wm);
     dt_free(bal);
     dt_pipe_destroy(pipe);
