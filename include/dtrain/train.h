@@ -74,7 +74,7 @@ typedef struct dt_train_cfg {
     int local_h;             /* local SGD: average parameters every H steps */
     dt_agg agg;              /* Byzantine-robust aggregation (DT_AGG_NONE: bucketed all-reduce) */
     int worker_momentum;     /* with --aggregate: each worker keeps its own SGD momentum and
-                              * sends its direction (-1: auto, on for median, trimmed and krum
+                              * sends its direction (-1: auto, on for median, trimmed, krum and cclip
                               * when SGD has momentum; 0 off; 1 on) [-1] */
     bool balance_dynamic;    /* split each global batch by measured worker speed */
     int hogwild_threads;     /* --strategy hogwild: threads sharing one parameter arena */
