@@ -75,6 +75,9 @@ run cc_a -n 3 $CC && run cc_b -n 3 $CC --ckpt-dir "$tmp/cc_ck" --ckpt-every 10 -
 run cc_from_med -n 3 $CC --steps 40 --resume "$tmp/wm_dp_ck/ckpt-0000000030" &&
   { grep -q "has no centred-clipping centre" "$tmp/cc_from_med.log" && ok "cclip resumed from a median checkpoint: the centre starts from zero, and says so" ||
       fail "cclip from a checkpoint without a centre: $(tail -2 "$tmp/cc_from_med.log")"; }
+run cc_nowm -n 3 $CC --steps 40 --worker-momentum off --resume "$tmp/cc_ck/ckpt-0000000030" &&
+  { grep -q "centre is an aggregate of momenta, this run aggregates gradients" "$tmp/cc_nowm.log" &&
+      ok "cclip: a centre of momenta is not carried into a run that aggregates gradients" || fail "cclip centre across worker momentum: $(tail -2 "$tmp/cc_nowm.log")"; }
 run cc_mean -n 3 ${CC/cclip/mean} && {
   "$dt" diff "$tmp/cc_a/model.safetensors" "$tmp/cc_mean/model.safetensors" > /dev/null &&
     fail "cclip under sign-flip equals the mean" || ok "cclip under sign-flip is not the mean"; }
@@ -107,6 +110,7 @@ expect "plans for no bad worker" -n 5 $S --aggregate krum:0 --pre-aggregate nnm
 expect "must be none, nnm or nnm:F" -n 3 $S --aggregate median --pre-aggregate bucket
 expect "cclip keeps the last aggregate" -n 4 --strategy ps --servers 1 --consistency bsp $S --aggregate cclip
 expect "cclip:TAU needs a clipping radius" -n 3 $S --aggregate cclip:-1
+expect "cclip:TAU needs a clipping radius" -n 3 $S --aggregate cclip:1e-50
 expect "needs --consistency bsp with the parameter server" -n 3 --strategy ps --consistency asp $S --inject byzantine:rank=0:mode=alie
 expect "paper's shift z is 0" -n 4 $S --aggregate mean --inject byzantine:rank=1:mode=alie
 expect "alie:Z needs a shift Z in" -n 3 $S --inject byzantine:rank=1:mode=alie:200

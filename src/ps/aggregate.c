@@ -37,7 +37,7 @@ dt_status dt_agg_parse(const char *s, dt_agg *out) {
         out->kind = DT_AGG_CCLIP;
         if (s[5] == ':') {
             double t = strtod(s + 6, &end);
-            if (end == s + 6 || *end || !(t > 0 && t < 1e30))
+            if (end == s + 6 || *end || !((float)t > 0 && t < 1e30)) /* also a radius that rounds to 0 as a float */
                 return dt_errorf(DT_ERR_INVALID, "--aggregate %s: cclip:TAU needs a clipping radius TAU > 0 (or plain cclip: the median distance)", s);
             out->tau = (float)t;
         }

@@ -338,6 +338,8 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
     int N = dt_comm_size(world), S = cfg->servers, W = N - S, me = dt_comm_rank(world) - W;
     server sv = {.m = m, .c = world, .cfg = *cfg, .W = W, .me = me, .sched = sched, .hist = hist};
     if (cfg->mode == DT_PS_BSP) sv.cfg.liveness = 0;
+    if (cfg->agg.kind == DT_AGG_CCLIP) /* the trainer refuses it first, with the whole story */
+        return dt_errorf(DT_ERR_INVALID, "parameter server: --aggregate cclip needs its centre checkpointed, which the servers do not do");
     range_of(m->n, S, me, &sv.lo, &sv.len);
     memset(hist, 0, DT_PS_HIST * sizeof(uint64_t));
     sv.in_req = dt_calloc((size_t)W, sizeof(dt_req));

@@ -121,9 +121,9 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->strategy == DT_STRATEGY_PS && c->agg.kind != DT_AGG_NONE && c->ps.mode != DT_PS_BSP)
         return dt_errorf(DT_ERR_INVALID, "--aggregate with the parameter server needs --consistency bsp (every step's gradients together)");
     if (c->agg.nnm && (c->agg.kind == DT_AGG_NONE || c->agg.kind == DT_AGG_MEAN))
-        return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm needs a robust --aggregate (median, trimmed:B or krum:F)");
+        return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm needs a robust --aggregate (median, trimmed:B, krum:F or cclip)");
     if (c->worker_momentum == 1 && c->agg.kind == DT_AGG_NONE)
-        return dt_errorf(DT_ERR_INVALID, "--worker-momentum on is for robust aggregation: add --aggregate (mean, median, trimmed:B or krum:F)");
+        return dt_errorf(DT_ERR_INVALID, "--worker-momentum on is for robust aggregation: add --aggregate (mean, median, trimmed:B, krum:F or cclip)");
     if (c->worker_momentum == 1 && !(c->optim.kind == DT_OPTIM_SGD && c->optim.momentum > 0.0f))
         return dt_errorf(DT_ERR_INVALID, "--worker-momentum on needs --optim sgd with --momentum > 0 (AdamW's moments stay with the aggregate)");
     if (c->strategy == DT_STRATEGY_PS && (c->ps.servers < 1 || c->ps.servers > 1024))
@@ -666,10 +666,24 @@ static dt_status resume_from(const dt_train_cfg *c, dt_model *m, dt_model *full,
     bool have_m = s.n_states >= 1;
     if (!st) st = tr_resume_worker_momentum(path, &s, wm, M, &have_m, replica, D, lm->n, lead);
     if (!st && centre) { /* centred clipping's history: the last aggregate, the same on every rank */
-        bool found = false;
+        bool found = false, ck_wm = false;
         st = dt_ckpt_read_extra(path, "aggregate.centre", centre, lm->n, &found);
-        if (!st && !found && lead)
+        /* A centre of momenta (worker momentum) is ~1/(1-beta) times one of
+         * gradients: it only carries over between runs that aggregate the same. */
+        if (!st && found) {
+            float *probe = dt_alloc_floats(lm->n);
+            st = probe ? dt_ckpt_read_extra(path, "momentum.worker.0", probe, lm->n, &ck_wm)
+                       : dt_errorf(DT_ERR_NOMEM, "out of memory resuming from %s", path);
+            dt_free(probe);
+        }
+        if (!st && found && ck_wm != (wm != NULL)) {
+            memset(centre, 0, lm->n * sizeof(float));
+            if (lead)
+                dt_log(DT_LOG_INFO, "%s's centred-clipping centre is an aggregate of %s, this run aggregates %s: it starts from zero",
+                       path, ck_wm ? "momenta" : "gradients", wm ? "momenta" : "gradients");
+        } else if (!st && !found && lead) {
             dt_log(DT_LOG_INFO, "%s has no centred-clipping centre (aggregate.centre): it starts from zero", path);
+        }
     }
     if (!st && full) {
         dt_model_local_from_logical(m, m->w, full, full->w);
