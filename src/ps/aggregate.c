@@ -151,6 +151,19 @@ static void sort_small(float *v, int n) {
     }
 }
 
+/* Krum's distances and cclip's norms: n is small, an insertion sort. */
+static void sort_doubles(double *v, int n) {
+    for (int i = 1; i < n; i++) {
+        double x = v[i];
+        int j = i - 1;
+        while (j >= 0 && v[j] > x) {
+            v[j + 1] = v[j];
+            j--;
+        }
+        v[j + 1] = x;
+    }
+}
+
 /* A NaN from a bad worker would make every comparison false and could land
  * anywhere in a sort: it counts as +inf, the extreme a rule drops. */
 static inline float finite_or_inf(float x) { return x != x ? INFINITY : x; }
@@ -260,12 +273,7 @@ static void cclip(float *v, const float *vecs, int n, size_t P, float tau, doubl
     }
     double r = tau;
     if (!(tau > 0)) {
-        for (int i = 1; i < n; i++) /* n is small: insertion sort */
-            for (int k = i; k > 0 && sorted[k - 1] > sorted[k]; k--) {
-                double t = sorted[k];
-                sorted[k] = sorted[k - 1];
-                sorted[k - 1] = t;
-            }
+        sort_doubles(sorted, n);
         r = sorted[(n - 1) / 2];
     }
     /* weights: 1 inside the radius, r/|d| outside, 0 for a non-finite difference */
@@ -302,15 +310,7 @@ int dt_agg_apply(const dt_agg *a, float *out, const float *vecs, int n, size_t P
             int mrow = 0;
             for (int k = 0; k < n && mrow < 256; k++)
                 if (k != i) row[mrow++] = d[(size_t)i * n + k];
-            for (int x = 1; x < mrow; x++) {
-                double v = row[x];
-                int y = x - 1;
-                while (y >= 0 && row[y] > v) {
-                    row[y + 1] = row[y];
-                    y--;
-                }
-                row[y + 1] = v;
-            }
+            sort_doubles(row, mrow);
             score[i] = 0;
             for (int x = 0; x < keep && x < mrow; x++) score[i] += row[x];
         }

@@ -49,7 +49,7 @@ void tr_inject_slow(const dt_train_cfg *c, int rank, double compute_s);
 void tr_keep_metrics_upto(const char *path, int64_t step);
 void tr_watchdog_tick(int64_t step);
 bool tr_byzantine_corrupt(const dt_train_cfg *c, dt_model *m, int r, int64_t step);
-bool tr_alie_setup(const dt_train_cfg *c, int n, bool *bad, float *z);
+dt_status tr_alie_mask(const dt_train_cfg *c, int n, bool **bad, float *z);
 void tr_alie_log(float z); /* the warning rank 0 prints when an ALIE attack is on */
 dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, agg_state *ag, int64_t step);
 /* Worker momentum: turns this worker's gradient m->g[lo, hi) into its SGD

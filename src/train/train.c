@@ -509,23 +509,24 @@ dt_status tr_robust_aggregate(const dt_train_cfg *c, dt_model *m, dt_comm *dpc, 
     return DT_OK;
 }
 
-/* --inject byzantine:mode=alie: which of n workers attack (bad, n entries) and
- * with what shift; false when none does. The shift is the one given, or the
- * paper's for n workers and that many attackers; 0 is refused by the config
- * check, so a run never injects a no-op silently. */
-bool tr_alie_setup(const dt_train_cfg *c, int n, bool *bad, float *z) {
+/* --inject byzantine:mode=alie: *bad becomes an allocated mask of which of n
+ * workers attack (NULL when none does) and *z the shift: the one given, or the
+ * paper's for n workers and that many attackers (a 0 is refused by
+ * inject_check, so a first attempt never injects a no-op silently). */
+dt_status tr_alie_mask(const dt_train_cfg *c, int n, bool **bad, float *z) {
     int f = 0;
     *z = NAN;
-    for (int k = 0; k < n; k++) bad[k] = false;
+    *bad = NULL;
     for (int i = 0; i < c->n_inject; i++) {
         const dt_inject *in = &c->inject[i];
-        if (in->kind != DT_INJECT_BYZANTINE || in->mode != DT_BYZ_ALIE || in->rank >= n || bad[in->rank]) continue;
-        bad[in->rank] = true;
-        f++;
+        if (in->kind != DT_INJECT_BYZANTINE || in->mode != DT_BYZ_ALIE || in->rank >= n) continue;
+        if (!*bad && !(*bad = dt_calloc((size_t)n, sizeof(bool)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+        f += !(*bad)[in->rank];
+        (*bad)[in->rank] = true;
         if (!isnan(in->factor)) *z = in->factor;
     }
     if (isnan(*z)) *z = dt_agg_alie_z(n, f);
-    return f > 0;
+    return DT_OK;
 }
 
 void tr_alie_log(float z) {
@@ -1000,16 +1001,12 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
         if ((st = dt_agg_check(&ag.a, D))) goto done;
         ag.vecs = dt_alloc_floats((size_t)D * m->n);
         ag.scratch = dt_alloc_floats(dt_agg_scratch_floats(&ag.a, D, m->n));
-        if (!ag.vecs || !ag.scratch || !(ag.alie_bad = dt_calloc((size_t)D, sizeof(bool)))) {
+        if (!ag.vecs || !ag.scratch) {
             st = dt_errorf(DT_ERR_NOMEM, "out of memory gathering %d worker gradients", D);
             goto done;
         }
-        if (!tr_alie_setup(c, D, ag.alie_bad, &ag.alie_z)) {
-            dt_free(ag.alie_bad);
-            ag.alie_bad = NULL;
-        } else if (lead) {
-            tr_alie_log(ag.alie_z);
-        }
+        if ((st = tr_alie_mask(c, D, &ag.alie_bad, &ag.alie_z))) goto done;
+        if (ag.alie_bad && lead) tr_alie_log(ag.alie_z);
     }
     int64_t steps_per_epoch = (d.n_train + B - 1) / B;
     int64_t total = c->steps > 0 ? c->steps : c->epochs * steps_per_epoch;
@@ -1214,6 +1211,9 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
             const char *xname[4];
             const float *xdata[4];
             size_t xlen[4];
+            shard.extra_name = xname; /* read only up to shard.n_extra */
+            shard.extra_data = xdata;
+            shard.extra_len = xlen;
             dt_gc *gc = dt_dp_gc(dp);
             if (ag.wm) {
                 /* Worker momentum: every replica's own buffer (the optimizer has none). */
@@ -1221,18 +1221,12 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                 xname[shard.n_extra] = wm_name;
                 xdata[shard.n_extra] = ag.wm;
                 xlen[shard.n_extra++] = m->n;
-                shard.extra_name = xname;
-                shard.extra_data = xdata;
-                shard.extra_len = xlen;
                 if (replica != 0) shard.n = 0;
             }
             if (ag.centre && replica == 0) {
                 xname[shard.n_extra] = "aggregate.centre";
                 xdata[shard.n_extra] = ag.centre;
                 xlen[shard.n_extra++] = m->n;
-                shard.extra_name = xname;
-                shard.extra_data = xdata;
-                shard.extra_len = xlen;
             }
             if (gc) {
                 if (dt_gc_error(gc)) {
@@ -1248,9 +1242,6 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
                     xdata[shard.n_extra] = q;
                     xlen[shard.n_extra++] = nq;
                 }
-                shard.extra_name = xname;
-                shard.extra_data = xdata;
-                shard.extra_len = xlen;
                 if (!c->dp.zero && replica != 0) shard.n = 0;
             }
             double ts = dt_now();

@@ -192,12 +192,9 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         /* The server's own update count: one per step under BSP, one per push otherwise. */
         pc.t0 = c->ps.mode == DT_PS_BSP ? start : start * W;
         (void)rt;
-        ps_alie alie = {dt_calloc((size_t)W, sizeof(bool)), 0};
-        if (!alie.bad) {
-            st = dt_errorf(DT_ERR_NOMEM, "out of memory");
-            goto out;
-        }
-        if (tr_alie_setup(c, W, alie.bad, &alie.z)) {
+        ps_alie alie;
+        if ((st = tr_alie_mask(c, W, &alie.bad, &alie.z))) goto out;
+        if (alie.bad) {
             pc.tamper = ps_alie_tamper;
             pc.tamper_ctx = &alie;
         }
@@ -212,9 +209,10 @@ dt_status tr_train_ps(const dt_train_cfg *c, const run_data *d, dt_model *m, dt_
         pc.start_clock = start; /* the servers register every worker's first pull */
         if ((st = dt_ps_client_create(&cl, m, world, &pc))) goto out;
         if (lead) { /* the servers inject it (ps_alie_tamper); rank 0 says so */
-            bool *bad = dt_calloc((size_t)W, sizeof(bool));
+            bool *bad;
             float z;
-            if (bad && tr_alie_setup(c, W, bad, &z)) tr_alie_log(z);
+            if ((st = tr_alie_mask(c, W, &bad, &z))) goto out;
+            if (bad) tr_alie_log(z);
             dt_free(bad);
         }
         /* Resume: this worker's error-feedback residual (BSP checkpoints hold them). */
