@@ -11,6 +11,7 @@
 #include "dtrain/parallel.h"
 #include "dtrain/pipeline.h"
 #include "dtrain/ps.h"
+#include "dtrain/report.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,7 +29,6 @@ typedef struct dt_inject {
     dt_byz_mode mode;        /* byzantine: what the rank sends instead of its gradient */
 } dt_inject;
 
-typedef enum { DT_STRATEGY_SYNC, DT_STRATEGY_LOCALSGD, DT_STRATEGY_HOGWILD, DT_STRATEGY_PS } dt_strategy;
 dt_status dt_inject_parse(const char *spec, dt_inject *out);
 
 typedef struct dt_train_cfg {
@@ -79,6 +79,16 @@ typedef struct dt_train_cfg {
     bool balance_dynamic;    /* split each global batch by measured worker speed */
     int hogwild_threads;     /* --strategy hogwild: threads sharing one parameter arena */
     dt_ps_cfg ps;            /* --strategy ps: servers, consistency */
+    /* what the program around the library installs (never flags) */
+    int attempt;             /* the supervisor's restart count (0: first attempt); --inject
+                              * checks that depend on the world apply in attempt 0 only */
+    /* Called by every rank at the start of every step (1-based), with the
+     * compute time of its previous step: where a program injects crashes,
+     * hangs and slowness, or feeds a watchdog. NULL: nothing. */
+    void (*step_hook)(void *ctx, int rank, int64_t step, double prev_compute_s);
+    void *step_hook_ctx;
+    int n_reporters;
+    dt_reporter reporters[DT_MAX_REPORTERS]; /* rank 0 calls them (report.h) */
 } dt_train_cfg;
 
 typedef struct dt_train_result {
