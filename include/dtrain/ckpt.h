@@ -104,6 +104,43 @@ dt_status dt_ckpt_sum_extra(const char *path, const char *prefix, float *out, si
 /* Prints what a checkpoint holds and verifies every checksum (dtrain inspect). */
 dt_status dt_ckpt_inspect(const char *path, FILE *out);
 
+/* ---- parts: state a component owns and checkpoints itself --------------------
+ * A component with training state (the optimizer shard, gradient compression's
+ * residuals, robust aggregation's momenta, the sampler) offers a part; the
+ * trainer's checkpoint phase asks every part for its tensors, and its resume
+ * phase lets every part load itself into the layout it runs on now. */
+#define DT_CKPT_MAX_EXTRA 8
+typedef struct dt_ckpt_extras {
+    int n;
+    char names[DT_CKPT_MAX_EXTRA][64];
+    const char *name[DT_CKPT_MAX_EXTRA];
+    const float *data[DT_CKPT_MAX_EXTRA];
+    size_t len[DT_CKPT_MAX_EXTRA];
+} dt_ckpt_extras;
+/* Adds one 1-D tensor (name copied, data borrowed until the save call returns). */
+dt_status dt_ckpt_extras_add(dt_ckpt_extras *x, const char *name, const float *data, size_t len);
+/* Points shard's extra tensors at x's (x must outlive the save call). */
+void dt_ckpt_extras_attach(const dt_ckpt_extras *x, dt_ckpt_shard *shard);
+
+/* Where this rank sits in the layout being written or resumed into. */
+typedef struct dt_ckpt_place {
+    int replica, replicas;   /* data-parallel replica (parameter server: worker) and count */
+    bool lead;               /* the rank that logs */
+} dt_ckpt_place;
+
+typedef struct dt_ckpt_part {
+    void *ctx;
+    /* This rank's share of a checkpoint being written: extra tensors into x,
+     * scalar state into s. NULL: nothing to write. */
+    dt_status (*save)(void *ctx, const dt_ckpt_place *at, dt_ckpt_state *s, dt_ckpt_extras *x);
+    /* Restores from the checkpoint at path (its state s) into this layout. */
+    dt_status (*load)(void *ctx, const char *path, const dt_ckpt_state *s, const dt_ckpt_place *at);
+} dt_ckpt_part;
+
+/* The sampler's part: its position (epoch, index) in the checkpoint's state. */
+struct dt_sampler;
+void dt_ckpt_part_sampler(struct dt_sampler *s, dt_ckpt_part *part);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #ifndef DTRAIN_GRADCOMP_H
 #define DTRAIN_GRADCOMP_H
 
+#include "dtrain/ckpt.h"
 #include "dtrain/comm.h"
 #include "dtrain/compress.h"
 #include "dtrain/model.h"
@@ -79,7 +80,12 @@ dt_status dt_gc_decode(dt_gc *gc, const uint8_t *in, size_t bytes, float *out, s
 float *dt_gc_error(dt_gc *gc);
 /* PowerSGD's warm-start Q matrices (identical on every rank), or NULL. */
 float *dt_gc_powersgd_q(dt_gc *gc, size_t *n);
+/* Floats of the arena the compressor was made for. */
+size_t dt_gc_params(const dt_gc *gc);
 void dt_gc_take_stats(dt_gc *gc, dt_gc_stats *s);
+/* The compression state as a checkpoint part (src/parallel/gradcomp_ckpt.c):
+ * error-feedback residuals per replica, PowerSGD's Q. */
+void dt_gc_part(dt_gc *gc, dt_ckpt_part *part);
 
 #ifdef __cplusplus
 }

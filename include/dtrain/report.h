@@ -93,6 +93,7 @@ typedef struct dt_end_info {
     const struct dt_model *model;  /* the logical (unsharded) model with the final weights */
     dt_strategy strategy;
     int world, zero, buckets;      /* sync strategies: ranks, ZeRO stage, gradient buckets */
+    size_t local_params;           /* parameters this rank holds (its tensor-parallel shard) */
     const dt_pipe_summary *pipe;   /* NULL unless pipeline parallel */
     const dt_ps_summary *ps;       /* NULL unless parameter server */
 } dt_end_info;
@@ -115,9 +116,13 @@ typedef struct dt_report_jsonl dt_report_jsonl;
 dt_status dt_report_jsonl_create(dt_report_jsonl **state, dt_reporter *r);
 dt_status dt_report_jsonl_close(dt_report_jsonl *state);
 
+/* Creates the --out directory dir (exists already: fine). */
+dt_status dt_report_make_dir(const char *dir);
+
 /* The weights reporter: on_end writes OUT/model.safetensors (PyTorch names)
- * with the step count in its metadata. Stateless; fills *r. */
-void dt_report_weights(dt_reporter *r);
+ * with the step count in its metadata. Fills *r; its only state is the --out
+ * directory, kept in *dir (which must outlive the run). */
+void dt_report_weights(dt_reporter *r, const char **dir);
 
 #ifdef __cplusplus
 }

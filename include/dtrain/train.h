@@ -12,6 +12,7 @@
 #include "dtrain/pipeline.h"
 #include "dtrain/ps.h"
 #include "dtrain/report.h"
+#include "dtrain/robust.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,8 +20,8 @@ extern "C" {
 
 /* --inject crash:rank=R:step=S | hang:rank=R:step=S | slow:rank=R:factor=F |
  *          byzantine:rank=R:mode=signflip|random|scale:X|alie[:Z] */
+typedef enum { DT_STEP_BEGIN, DT_STEP_COMPUTE } dt_step_point;
 typedef enum { DT_INJECT_CRASH, DT_INJECT_HANG, DT_INJECT_SLOW, DT_INJECT_BYZANTINE } dt_inject_kind;
-typedef enum { DT_BYZ_SIGNFLIP, DT_BYZ_RANDOM, DT_BYZ_SCALE, DT_BYZ_ALIE } dt_byz_mode;
 typedef struct dt_inject {
     dt_inject_kind kind;
     int rank;
@@ -82,10 +83,12 @@ typedef struct dt_train_cfg {
     /* what the program around the library installs (never flags) */
     int attempt;             /* the supervisor's restart count (0: first attempt); --inject
                               * checks that depend on the world apply in attempt 0 only */
-    /* Called by every rank at the start of every step (1-based), with the
-     * compute time of its previous step: where a program injects crashes,
-     * hangs and slowness, or feeds a watchdog. NULL: nothing. */
-    void (*step_hook)(void *ctx, int rank, int64_t step, double prev_compute_s);
+    /* Called by every training rank at two points of every step (1-based):
+     * DT_STEP_BEGIN (before anything of the step) and DT_STEP_COMPUTE (just
+     * before its compute starts: after the parameter server's pull), with the
+     * compute time of the rank's previous step. Where a program injects
+     * crashes, hangs and slowness, or feeds a watchdog. NULL: nothing. */
+    void (*step_hook)(void *ctx, int rank, int64_t step, dt_step_point at, double prev_compute_s);
     void *step_hook_ctx;
     int n_reporters;
     dt_reporter reporters[DT_MAX_REPORTERS]; /* rank 0 calls them (report.h) */

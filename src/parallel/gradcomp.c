@@ -122,6 +122,7 @@ void dt_gc_destroy(dt_gc *gc) {
 
 bool dt_gc_uses_ef(const dt_gc *gc) { return gc->ef_on; }
 float *dt_gc_error(dt_gc *gc) { return gc->ef; }
+size_t dt_gc_params(const dt_gc *gc) { return gc->m->n; }
 float *dt_gc_powersgd_q(dt_gc *gc, size_t *n) {
     *n = gc->nq;
     return gc->q;

@@ -16,6 +16,7 @@
 #include "dtrain/weights.h"
 
 #include "cli.h"
+#include "hooks.h"
 #include "launch.h"
 #include "supervisor.h"
 
@@ -417,8 +418,16 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     char *config = cj ? json_dumps(cj, JSON_COMPACT) : NULL;
     json_decref(cj);
     c.cfg.config_json = config;
+    /* Injected crashes, hangs and slowness fire in the first attempt only, so
+     * a supervised restart can get past them (the supervisor counts them). */
+    const char *attempt = getenv("DTRAIN_ATTEMPT");
+    c.cfg.attempt = attempt ? atoi(attempt) : 0;
+    cli_hooks hooks;
+    dt_status st = cli_hooks_install(&hooks, &c.cfg, c.cfg.progress, 2.0 * c.cfg.timeout + 10.0);
     dt_train_result r;
-    dt_status st = dt_train_run(&c.cfg, world, &r);
+    if (!st) st = dt_train_run(&c.cfg, world, &r);
+    dt_status hs = cli_hooks_finish(&hooks);
+    if (!st) st = hs;
     free(config);
     if (st) {
         bool comm_fault = st == DT_ERR_TIMEOUT || st == DT_ERR_COMM;

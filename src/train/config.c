@@ -1,0 +1,221 @@
+/* A run's configuration: defaults, checks, and --inject's parser. */
+#include "run.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
+    memset(c, 0, sizeof *c);
+    dt_model_cfg_default(&c->model, kind);
+    c->epochs = 1;
+    c->seed = 1;
+    c->log_every = 10;
+    c->val_frac = 0.1;
+    c->eval_max = 256;
+    c->cosine = true;
+    c->accum = 1;
+    c->timeout = 60.0;
+    c->ckpt_keep = 3;
+    c->pp = 1;
+    c->tp = 1;
+    c->ps.servers = 1;
+    c->ps.mode = DT_PS_BSP;
+    c->worker_momentum = -1;
+    c->pipe.micro_batches = 1;
+    c->pipe.schedule = DT_SCHED_1F1B;
+    dt_dp_cfg_default(&c->dp);
+    if (kind == DT_MODEL_GPT) {
+        c->batch = 16;
+        c->lr = 1e-3f;
+        c->min_lr = 1e-4f;
+        c->warmup = 20;
+        c->clip = 1.0f;
+        dt_optim_cfg_default(&c->optim, DT_OPTIM_ADAMW);
+        c->optim.weight_decay = 0.1f;
+        c->optim.beta2 = 0.99f;
+        c->steps = 300;
+    } else {
+        c->batch = 128;
+        c->lr = 0.1f;
+        c->min_lr = 0.0f;
+        c->warmup = 0;
+        dt_optim_cfg_default(&c->optim, DT_OPTIM_SGD);
+        c->optim.momentum = 0.9f;
+    }
+}
+
+bool dt_train_worker_momentum(const dt_train_cfg *c) {
+    bool sgd_momentum = c->optim.kind == DT_OPTIM_SGD && c->optim.momentum > 0.0f;
+    if (c->worker_momentum >= 0) return c->worker_momentum == 1 && sgd_momentum && c->agg.kind != DT_AGG_NONE;
+    return sgd_momentum && (c->agg.kind == DT_AGG_MEDIAN || c->agg.kind == DT_AGG_TRIMMED || c->agg.kind == DT_AGG_KRUM ||
+                            c->agg.kind == DT_AGG_CCLIP);
+}
+
+dt_status dt_train_cfg_check(const dt_train_cfg *c) {
+    dt_status st = dt_model_cfg_check(&c->model);
+    if (st) return st;
+    if ((st = dt_optim_cfg_check(&c->optim))) return st;
+    if (c->batch < 1 || c->batch > (1 << 20))
+        return dt_errorf(DT_ERR_INVALID, "--batch %d is out of range [1, 1048576]", c->batch);
+    if (c->steps < 0) return dt_errorf(DT_ERR_INVALID, "--steps must be positive");
+    if (c->steps == 0 && (c->epochs < 1 || c->epochs > 100000))
+        return dt_errorf(DT_ERR_INVALID, "--epochs %lld is out of range [1, 100000]", (long long)c->epochs);
+    if (!(c->lr > 0.0f) || !isfinite(c->lr) || c->lr > 100.0f)
+        return dt_errorf(DT_ERR_INVALID, "--lr %g is out of range (0, 100]", (double)c->lr);
+    if (!(c->min_lr >= 0.0f) || c->min_lr > c->lr)
+        return dt_errorf(DT_ERR_INVALID, "--min-lr %g must be in [0, --lr]", (double)c->min_lr);
+    if (c->warmup < 0) return dt_errorf(DT_ERR_INVALID, "--warmup must be >= 0");
+    if (!(c->clip >= 0.0f) || !isfinite(c->clip))
+        return dt_errorf(DT_ERR_INVALID, "--clip %g must be >= 0 (0 disables clipping)", (double)c->clip);
+    if (c->eval_every < 0) return dt_errorf(DT_ERR_INVALID, "--eval-every must be >= 0");
+    if (c->log_every < 1) return dt_errorf(DT_ERR_INVALID, "--log-every must be >= 1");
+    if (!(c->val_frac > 0.0 && c->val_frac < 1.0))
+        return dt_errorf(DT_ERR_INVALID, "--val-frac %g must be in (0, 1)", c->val_frac);
+    if (c->eval_max < 0) return dt_errorf(DT_ERR_INVALID, "--eval-max must be >= 0");
+    if (c->accum < 1 || c->accum > c->batch)
+        return dt_errorf(DT_ERR_INVALID, "--accum %d must be in [1, --batch]", c->accum);
+    if (c->dp.zero < 0 || c->dp.zero > 2) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1 or 2");
+    if (c->dp.bucket_bytes < 4) return dt_errorf(DT_ERR_INVALID, "--bucket-mb is too small");
+    if (c->ckpt_every < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-every must be >= 0");
+    if (c->pp < 1 || c->pp > 256) return dt_errorf(DT_ERR_INVALID, "--pp %d is out of range [1, 256]", c->pp);
+    if (c->pipe.micro_batches < 1) return dt_errorf(DT_ERR_INVALID, "--micro-batches must be >= 1");
+    if (c->tp < 1 || c->tp > 256) return dt_errorf(DT_ERR_INVALID, "--tp %d is out of range [1, 256]", c->tp);
+    bool byz = false;
+    for (int i = 0; i < c->n_inject; i++) byz |= c->inject[i].kind == DT_INJECT_BYZANTINE;
+    if ((c->strategy == DT_STRATEGY_LOCALSGD || c->agg.kind != DT_AGG_NONE || byz || c->balance_dynamic) &&
+        (c->pp > 1 || c->tp > 1 || c->dp.zero))
+        return dt_errorf(DT_ERR_INVALID, "--strategy localsgd, --aggregate, byzantine injection and --balance dynamic are for plain data parallelism: drop --pp, --tp and --zero");
+    if (c->strategy == DT_STRATEGY_LOCALSGD && (c->local_h < 1 || c->agg.kind != DT_AGG_NONE))
+        return dt_errorf(DT_ERR_INVALID, "--strategy localsgd:H needs H >= 1 and no --aggregate");
+    if (c->strategy == DT_STRATEGY_HOGWILD && (c->ckpt_dir || c->resume || c->agg.kind != DT_AGG_NONE || byz ||
+                                               c->balance_dynamic || c->pp > 1 || c->tp > 1 || c->clip > 0))
+        return dt_errorf(DT_ERR_INVALID, "--strategy hogwild runs threads of one process on one model: no checkpoints, --aggregate, --balance, --pp, --tp or --clip");
+    if (c->strategy == DT_STRATEGY_HOGWILD && (c->hogwild_threads < 1 || c->hogwild_threads > 256))
+        return dt_errorf(DT_ERR_INVALID, "--strategy hogwild needs --threads T (1 to 256)");
+    if (c->strategy == DT_STRATEGY_PS && (c->balance_dynamic || c->pp > 1 || c->tp > 1 ||
+                                          c->dp.zero || c->accum > 1 || c->clip > 0))
+        return dt_errorf(DT_ERR_INVALID, "--strategy ps: --balance, --pp, --tp, --zero, --accum and --clip are not supported with the parameter server");
+    bool alie = false;
+    for (int i = 0; i < c->n_inject; i++) alie |= c->inject[i].kind == DT_INJECT_BYZANTINE && c->inject[i].mode == DT_BYZ_ALIE;
+    if (alie && c->strategy == DT_STRATEGY_PS && c->ps.mode != DT_PS_BSP)
+        return dt_errorf(DT_ERR_INVALID, "--inject byzantine:mode=alie sees every honest gradient of a step: it needs --consistency bsp with the parameter server");
+    if (c->strategy == DT_STRATEGY_PS && c->agg.kind == DT_AGG_CCLIP)
+        return dt_errorf(DT_ERR_INVALID, "--aggregate cclip keeps the last aggregate as its centre, which the parameter server does not checkpoint yet: use it with data parallelism (-n N), or median, trimmed:B or krum:F on the server");
+    if (c->strategy == DT_STRATEGY_PS && c->agg.kind != DT_AGG_NONE && c->ps.mode != DT_PS_BSP)
+        return dt_errorf(DT_ERR_INVALID, "--aggregate with the parameter server needs --consistency bsp (every step's gradients together)");
+    if (c->agg.nnm && (c->agg.kind == DT_AGG_NONE || c->agg.kind == DT_AGG_MEAN))
+        return dt_errorf(DT_ERR_INVALID, "--pre-aggregate nnm needs a robust --aggregate (median, trimmed:B, krum:F or cclip)");
+    if (c->worker_momentum == 1 && c->agg.kind == DT_AGG_NONE)
+        return dt_errorf(DT_ERR_INVALID, "--worker-momentum on is for robust aggregation: add --aggregate (mean, median, trimmed:B, krum:F or cclip)");
+    if (c->worker_momentum == 1 && !(c->optim.kind == DT_OPTIM_SGD && c->optim.momentum > 0.0f))
+        return dt_errorf(DT_ERR_INVALID, "--worker-momentum on needs --optim sgd with --momentum > 0 (AdamW's moments stay with the aggregate)");
+    if (c->strategy == DT_STRATEGY_PS && (c->ps.servers < 1 || c->ps.servers > 1024))
+        return dt_errorf(DT_ERR_INVALID, "--servers must be in [1, 1024]");
+    if (c->strategy == DT_STRATEGY_LOCALSGD && c->ckpt_every % c->local_h)
+        return dt_errorf(DT_ERR_INVALID, "with --strategy localsgd:%d, --ckpt-every must be a multiple of %d (checkpoints at averaging steps)", c->local_h, c->local_h);
+    if (c->tp > 1) {
+        dt_model_cfg mc = c->model;
+        mc.tp_size = c->tp;
+        mc.tp_rank = 0;
+        if ((st = dt_model_cfg_check(&mc))) return st;
+    }
+    if (c->pp > 1 && c->accum > 1)
+        return dt_errorf(DT_ERR_INVALID, "--accum is for data parallelism alone; with --pp use --micro-batches");
+    if (c->ckpt_keep < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-keep must be >= 0");
+    if (c->dp.comp.comp.kind != DT_COMP_NONE) {
+        if (c->pp > 1 || c->tp > 1 || c->strategy == DT_STRATEGY_LOCALSGD || c->strategy == DT_STRATEGY_HOGWILD ||
+            c->agg.kind != DT_AGG_NONE || byz || c->balance_dynamic)
+            return dt_errorf(DT_ERR_INVALID, "--compress applies to synchronous data parallelism (any --zero) and the parameter server: drop --pp, --tp, --strategy localsgd|hogwild, --aggregate, --balance and byzantine injection");
+        if (c->strategy == DT_STRATEGY_PS && c->dp.comp.comp.kind == DT_COMP_POWERSGD)
+            return dt_errorf(DT_ERR_INVALID, "--compress powersgd needs an all-reduce between workers; with the parameter server use fp16, bf16, int8, topk:RATIO or sign");
+    }
+    if (c->dp.comp.warmup < 0) return dt_errorf(DT_ERR_INVALID, "--compress-warmup must be >= 0");
+    if ((c->ckpt_every > 0 || (c->resume && strcmp(c->resume, "auto") == 0)) && !c->ckpt_dir)
+        return dt_errorf(DT_ERR_INVALID, "--ckpt-every and --resume auto need --ckpt-dir DIR");
+    return DT_OK;
+}
+
+dt_status dt_inject_parse(const char *spec, dt_inject *out) {
+    memset(out, 0, sizeof *out);
+    out->rank = -1;
+    out->step = -1;
+    const char *p = strchr(spec, ':');
+    size_t kl = p ? (size_t)(p - spec) : strlen(spec);
+    if (kl == 5 && strncmp(spec, "crash", 5) == 0) out->kind = DT_INJECT_CRASH;
+    else if (kl == 4 && strncmp(spec, "hang", 4) == 0) out->kind = DT_INJECT_HANG;
+    else if (kl == 4 && strncmp(spec, "slow", 4) == 0) out->kind = DT_INJECT_SLOW;
+    else if (kl == 9 && strncmp(spec, "byzantine", 9) == 0) out->kind = DT_INJECT_BYZANTINE;
+    else
+        return dt_errorf(DT_ERR_INVALID, "--inject '%s': kind must be crash, hang, slow or byzantine", spec);
+    bool have_mode = false, have_factor = false, have_step = false;
+    while (p && *p == ':') {
+        p++;
+        const char *eq = strchr(p, '=');
+        if (!eq) return dt_errorf(DT_ERR_INVALID, "--inject '%s': expected key=value after ':'", spec);
+        char *end;
+        errno = 0;
+        if (strncmp(p, "rank=", 5) == 0) {
+            long v = strtol(eq + 1, &end, 10);
+            if (errno || end == eq + 1 || v < 0 || v > 1000000) return dt_errorf(DT_ERR_INVALID, "--inject '%s': bad rank", spec);
+            out->rank = (int)v;
+        } else if (strncmp(p, "step=", 5) == 0) {
+            long long v = strtoll(eq + 1, &end, 10);
+            if (errno || end == eq + 1 || v < 1) return dt_errorf(DT_ERR_INVALID, "--inject '%s': bad step (1-based)", spec);
+            out->step = v;
+            have_step = true;
+        } else if (strncmp(p, "factor=", 7) == 0) {
+            have_factor = true;
+            double v = strtod(eq + 1, &end);
+            if (errno || end == eq + 1 || !(v >= 1.0 && v <= 1000.0)) return dt_errorf(DT_ERR_INVALID, "--inject '%s': factor must be in [1, 1000]", spec);
+            out->factor = (float)v;
+        } else if (strncmp(p, "mode=", 5) == 0) {
+            const char *v = eq + 1;
+            have_mode = true;
+            size_t vl = strcspn(v, ":");
+            if (vl == 8 && strncmp(v, "signflip", 8) == 0) { out->mode = DT_BYZ_SIGNFLIP; end = (char *)v + 8; }
+            else if (vl == 6 && strncmp(v, "random", 6) == 0) { out->mode = DT_BYZ_RANDOM; end = (char *)v + 6; }
+            else if (vl == 4 && strncmp(v, "alie", 4) == 0) {
+                out->mode = DT_BYZ_ALIE;
+                out->factor = NAN;
+                end = (char *)v + 4;
+                if (*end == ':' && end[1] != '\0' && strchr("0123456789.-+", end[1])) {
+                    const char *q = end + 1;
+                    double z = strtod(q, &end);
+                    if (end == q || !(z > 0 && z <= 100))
+                        return dt_errorf(DT_ERR_INVALID, "--inject '%s': alie:Z needs a shift Z in (0, 100] (honest standard deviations)", spec);
+                    out->factor = (float)z;
+                }
+            }
+            else if (vl == 5 && strncmp(v, "scale:", 6) == 0) {
+                out->mode = DT_BYZ_SCALE;
+                double x = strtod(v + 6, &end);
+                if (end == v + 6 || !(x >= -1e6 && x <= 1e6))
+                    return dt_errorf(DT_ERR_INVALID, "--inject '%s': scale:X needs a number", spec);
+                out->factor = (float)x;
+            } else {
+                return dt_errorf(DT_ERR_INVALID, "--inject '%s': mode must be signflip, random, scale:X or alie[:Z]", spec);
+            }
+        } else {
+            return dt_errorf(DT_ERR_INVALID, "--inject '%s': unknown key (rank, step, factor, mode)", spec);
+        }
+        p = end;
+        if (*p && *p != ':') return dt_errorf(DT_ERR_INVALID, "--inject '%s': junk after a value", spec);
+    }
+    if (out->rank < 0) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs rank=R", spec);
+    /* Every key acts: one that the kind ignores is refused, not dropped. */
+    static const char *takes[] = {"rank and step", "rank and step", "rank and factor", "rank and mode"};
+    bool stray = out->kind == DT_INJECT_BYZANTINE ? have_step || have_factor
+                 : out->kind == DT_INJECT_SLOW     ? have_step || have_mode
+                                                   : have_factor || have_mode;
+    if (stray)
+        return dt_errorf(DT_ERR_INVALID, "--inject '%s': %.*s takes %s only", spec, (int)kl, spec, takes[out->kind]);
+    if (out->kind == DT_INJECT_BYZANTINE) {
+        if (!have_mode) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs mode=signflip|random|scale:X|alie[:Z]", spec);
+        return DT_OK;
+    }
+    if (out->kind != DT_INJECT_SLOW && out->step < 1) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs step=S", spec);
+    if (out->kind == DT_INJECT_SLOW && out->factor < 1.0f) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs factor=F", spec);
+    return DT_OK;
+}

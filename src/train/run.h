@@ -1,0 +1,135 @@
+/* Private to src/train: a run and its phases.
+ *
+ *   dt_train_run:  check -> setup (mesh, data, model) -> a driver
+ *   sync driver:   setup strategy -> resume -> open checkpoints -> report start
+ *                  -> steps (batch, forward/backward, reduce, update, checkpoint,
+ *                  account, report, evaluate) -> finish
+ *   ps, hogwild:   the same phases around their own step
+ *
+ * The drivers use the phases below; nothing here calls back into a driver. */
+#ifndef DTRAIN_TRAIN_RUN_H
+#define DTRAIN_TRAIN_RUN_H
+
+#include "dtrain/ckpt.h"
+#include "dtrain/loader.h"
+#include "dtrain/parallel.h"
+#include "dtrain/pipeline.h"
+#include "dtrain/robust.h"
+#include "dtrain/trace.h"
+#include "dtrain/train.h"
+
+/* Figures summed over the steps since the last report. */
+typedef struct tr_window {
+    double t0;               /* start of the window */
+    double loss, compute_s;
+    dt_dp_stats dp;
+    int64_t items, steps;
+} tr_window;
+
+/* The checkpoint writer of the sync driver and what it writes. */
+typedef struct tr_ckpt {
+    dt_ckpt_writer *w;
+    int *writers;
+    bool *pmask;             /* parameters this rank writes */
+    float *gbuf[4];          /* tp: local M, V; logical M, V */
+    int n_parts;
+    dt_ckpt_part parts[4];   /* state owners: sampler, compression, robust aggregation */
+} tr_ckpt;
+
+typedef struct tr_attack {
+    const dt_train_cfg *c;
+    int rank;                /* this worker */
+    bool *bad;               /* ALIE: the attacking rows of the n workers, or NULL */
+    float z;
+} tr_attack;
+
+typedef struct tr_run {
+    const dt_train_cfg *c;
+    dt_train_result *res;
+    /* The mesh: pp stages (outermost) x dp replicas x tp ranks (fastest):
+     * rank = (stage*D + replica)*TP + tpr. */
+    dt_comm *world, *dpc, *ppc, *tpc;
+    int rank, n, D, P, TP, tpr, replica, stage;
+    bool lead, quiet;
+    /* data and model */
+    dt_dataset data;
+    dt_loader ld;
+    int local_max, micro_max, eB;
+    dt_model *m, *full;      /* full: the unsharded model (tp/pp), for weights, checkpoints, --init */
+    dt_acts *acts, *eacts;
+    dt_partition part;
+    bool *smask;             /* the parameters of this rank's stage */
+    /* strategy */
+    dt_dp *dp;
+    dt_pipe *pipe;
+    dt_robust *rob;          /* gathered (robust) aggregation, or NULL */
+    dt_robust_cfg robcfg;
+    tr_attack att;
+    bool per_worker;         /* each worker's gradient is the mean over its own shard */
+    double *bal;             /* --balance dynamic: smoothed samples/s per worker (2D) */
+    tr_ckpt ck;
+    dt_trace *trace;
+    /* progress */
+    int64_t start_step, total;
+    dt_lr_sched sched;
+    double t0, slow_prev;
+    int64_t all_items;
+    tr_window win;
+    float acc, eloss;
+} tr_run;
+
+/* ---- setup.c --------------------------------------------------------------- */
+dt_status tr_setup(tr_run *r, const dt_train_cfg *c, dt_comm *world, dt_train_result *res);
+dt_status tr_setup_strategy(tr_run *r);
+/* Whether the model takes the dataset's images. */
+dt_status tr_data_fits(const dt_train_cfg *c, const dt_dataset *d);
+void tr_free(tr_run *r);
+int64_t tr_total_steps(const dt_train_cfg *c, int64_t n_train);
+
+/* ---- eval.c ---------------------------------------------------------------- */
+/* Each rank evaluates its contiguous share [share/shares] of the evaluation
+ * items; the sums meet over comm. counts: this rank's results count (one per
+ * replica of the last stage). */
+dt_status tr_evaluate(const dt_model *m, dt_acts *a, dt_loader *ld, int B, int eval_max, dt_comm *comm,
+                      dt_pipe *pipe, int share, int shares, bool counts, float *acc, float *loss);
+/* Evaluation on this process alone (parameter server's worker 0, Hogwild!). */
+dt_status tr_evaluate_alone(const dt_model *m, dt_loader *ld, int eval_max, float *acc, float *loss);
+
+/* ---- report.c: the reporters the run was given ----------------------------- */
+dt_status tr_report_start(const tr_run *r, const dt_run_info *info);
+dt_status tr_report_step(const dt_train_cfg *c, const dt_step_info *s);
+dt_status tr_report_eval(const dt_train_cfg *c, const dt_eval_info *e);
+dt_status tr_report_end(const dt_train_cfg *c, const dt_end_info *e);
+void tr_run_info(const tr_run *r, dt_strategy s, dt_run_info *info);
+
+/* ---- resume.c / checkpoint.c ------------------------------------------------ */
+/* The checkpoint to resume from into path: --resume PATH, or the newest valid
+ * one under --ckpt-dir; false (and a log line) when there is none. */
+bool tr_resume_path(const dt_train_cfg *c, bool lead, char *path, size_t n);
+dt_status tr_resume(tr_run *r);
+dt_status tr_ckpt_open(tr_run *r);
+dt_status tr_ckpt_maybe_save(tr_run *r, int64_t step);
+/* The unsharded model's weights from every rank's part (tp/pp; collective). */
+dt_status tr_gather_weights(tr_run *r);
+
+/* ---- attack.c: --inject byzantine ------------------------------------------ */
+/* The attacks on n workers as seen from worker `rank`: a->bad and a->z for
+ * ALIE (logged when log), and the robust reducer's hooks pointing at a when
+ * rc is not NULL (corrupt: when this worker is Byzantine; tamper: ALIE). */
+dt_status tr_attacks(const dt_train_cfg *c, int rank, int n, tr_attack *a, dt_robust_cfg *rc, bool log);
+void tr_attack_corrupt(void *a, float *g, size_t n, int64_t step);
+void tr_attack_tamper(void *a, float *vecs, int n, size_t len);
+bool tr_any_byzantine(const dt_train_cfg *c);
+/* Every --inject names a rank that exists, of the right kind. */
+dt_status tr_inject_check(const dt_train_cfg *c, int world);
+void tr_step_hook(const dt_train_cfg *c, int rank, int64_t step, dt_step_point at, double prev);
+/* The optimizer that applies the update: c->optim, or with worker momentum
+ * plain SGD (momentum, Nesterov and weight decay are the workers'). */
+dt_optim_cfg tr_applied_optim(const dt_train_cfg *c);
+
+/* ---- drivers ---------------------------------------------------------------- */
+dt_status tr_drive_sync(tr_run *r);
+dt_status tr_drive_ps(tr_run *r);
+dt_status tr_drive_hogwild(tr_run *r);
+
+#endif

@@ -1,0 +1,277 @@
+/* The setup phases of a run: the mesh, the data, the model, and the sync
+ * driver's strategy (pipeline partition, data parallelism, robust reduction). */
+#include "run.h"
+
+#include "dtrain/weights.h"
+
+#include <math.h>
+#include <string.h>
+
+int64_t tr_total_steps(const dt_train_cfg *c, int64_t n_train) {
+    return c->steps > 0 ? c->steps : c->epochs * ((n_train + c->batch - 1) / c->batch);
+}
+
+dt_status tr_data_fits(const dt_train_cfg *c, const dt_dataset *d) {
+    const dt_imageset *s = d->n_train > 0 ? &d->train : &d->test;
+    const char *dir = c->data ? c->data : DT_FMNIST_DEFAULT_DIR;
+    if (d->lm) return DT_OK;
+    if (c->model.kind == DT_MODEL_MLP && d->in_dim != c->model.in_dim)
+        return dt_errorf(DT_ERR_SHAPE, "%s: images are %dx%d but the mlp takes %d inputs", dir, s->rows, s->cols, c->model.in_dim);
+    if (c->model.kind == DT_MODEL_CNN && (s->rows != 28 || s->cols != 28))
+        return dt_errorf(DT_ERR_SHAPE, "%s: images are %dx%d but the cnn takes 28x28", dir, s->rows, s->cols);
+    return DT_OK;
+}
+
+static dt_status setup_data(tr_run *r) {
+    const dt_train_cfg *c = r->c;
+    dt_status st = dt_dataset_load(&r->data, c->data, c->model.kind == DT_MODEL_GPT, c->model.block_size, c->val_frac, true);
+    if (!st) st = tr_data_fits(c, &r->data);
+    if (!st && r->data.n_train < 1) st = dt_errorf(DT_ERR_INVALID, "the training set is empty");
+    return st;
+}
+
+/* This rank's model (its tensor-parallel shard), the unsharded one when the
+ * layout splits the model, and --init's weights. */
+static dt_status setup_model(tr_run *r) {
+    const dt_train_cfg *c = r->c;
+    dt_model_cfg mcfg = c->model;
+    mcfg.tp_size = r->TP;
+    mcfg.tp_rank = r->tpr;
+    dt_status st = dt_model_create(&r->m, &mcfg);
+    if (st) return st;
+    dt_model_init(r->m, c->seed);
+    if (r->TP > 1 || r->P > 1) {
+        dt_model_cfg fc = c->model;
+        fc.tp_size = 0;
+        fc.tp_rank = 0;
+        if ((st = dt_model_create(&r->full, &fc))) return st;
+    }
+    if (!c->init) return DT_OK;
+    if (r->TP == 1) return dt_weights_load(r->m, c->init);
+    if ((st = dt_weights_load(r->full, c->init))) return st;
+    dt_model_local_from_logical(r->m, r->m->w, r->full, r->full->w);
+    return DT_OK;
+}
+
+dt_status tr_setup(tr_run *r, const dt_train_cfg *c, dt_comm *world, dt_train_result *res) {
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    r->res = res;
+    r->world = r->dpc = world;
+    r->rank = dt_comm_rank(world);
+    r->n = dt_comm_size(world);
+    r->lead = r->rank == 0;
+    r->quiet = c->quiet || !r->lead;
+    r->acc = -1.0f;
+    r->eloss = NAN;
+    dt_comm_set_timeout(world, c->timeout);
+    dt_status st = setup_data(r);
+    if (st) return st;
+    r->P = c->pp;
+    r->TP = c->tp;
+    if (r->n % (r->P * r->TP))
+        return dt_errorf(DT_ERR_INVALID, "%d ranks do not split into --pp %d x --tp %d (the world must be dp x pp x tp)",
+                         r->n, r->P, r->TP);
+    /* Tensor-parallel peers are neighbours, so on a cluster they share a host
+     * and its fast links, as in Megatron. */
+    r->D = r->n / (r->P * r->TP);
+    r->tpr = r->rank % r->TP;
+    r->replica = (r->rank / r->TP) % r->D;
+    r->stage = r->rank / (r->TP * r->D);
+    r->total = tr_total_steps(c, r->data.n_train);
+    return setup_model(r);
+}
+
+/* Per-block forward+backward time of the whole model on one micro-batch (median
+ * of 3), for --pp-partition auto. Gradients are cleared afterwards. */
+static dt_status profile_blocks(dt_model *m, const dt_batch *b, double *cost) {
+    dt_acts *a = NULL;
+    dt_status st = dt_acts_create(&a, m, 0, m->n_blocks - 1, b->B);
+    if (st) return st;
+    int n = m->n_blocks;
+    double *runs = dt_calloc((size_t)n * 3, sizeof(double));
+    if (!runs) {
+        dt_acts_destroy(a);
+        return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    }
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < n; i++) {
+            const dt_block *blk = &m->blocks[i];
+            double t0 = dt_now();
+            blk->ops->forward(blk, m->w, b, i ? a->bound[i] : NULL, a->bound[i + 1], a->saved[i], a->scratch);
+            runs[(size_t)i * 3 + (size_t)r] = dt_now() - t0;
+        }
+        const float *dout = NULL;
+        int which = 0;
+        for (int i = n - 1; i >= 0; i--) {
+            const dt_block *blk = &m->blocks[i];
+            float *dprev = NULL;
+            if (i > 0) {
+                dprev = a->dbuf[which];
+                which ^= 1;
+                memset(dprev, 0, (size_t)b->B * blk->in_dim * sizeof(float));
+            }
+            double t0 = dt_now();
+            blk->ops->backward(blk, m->w, m->g, b, i ? a->bound[i] : NULL, a->bound[i + 1], dout, dprev,
+                               a->saved[i], a->scratch);
+            runs[(size_t)i * 3 + (size_t)r] += dt_now() - t0;
+            dout = dprev;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        double *x = runs + (size_t)i * 3;
+        double lo = x[0] < x[1] ? x[0] : x[1], hi = x[0] < x[1] ? x[1] : x[0];
+        cost[i] = x[2] < lo ? lo : (x[2] > hi ? hi : x[2]);
+    }
+    dt_model_zero_grad(m);
+    dt_free(runs);
+    dt_acts_destroy(a);
+    return DT_OK;
+}
+
+/* --pp-partition auto: rank 0 times every block on a micro-batch of real
+ * data; every rank splits alike. */
+static dt_status partition_auto(tr_run *r) {
+    dt_model *m = r->m;
+    double *cost = dt_calloc((size_t)m->n_blocks, sizeof(double));
+    if (!cost) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    dt_status st = DT_OK;
+    if (r->rank == 0) {
+        dt_loader_first(&r->ld, r->micro_max);
+        dt_batch pb = {.B = r->micro_max, .x = r->ld.x, .tokens = r->ld.tokens, .targets = r->ld.targets,
+                       .loss_scale = 1.0f / (float)r->micro_max};
+        st = profile_blocks(m, &pb, cost);
+    }
+    if (!st) st = dt_bcast(r->world, cost, (size_t)m->n_blocks * sizeof(double), 0, DT_ALGO_AUTO);
+    if (!st) {
+        double bottleneck = dt_partition_best(cost, m->n_blocks, r->P, &r->part);
+        if (!r->quiet) {
+            char desc[512];
+            size_t u = 0;
+            for (int k = 0; k < r->P && u < sizeof desc; k++)
+                u += (size_t)snprintf(desc + u, sizeof desc - u, "%s%d", k ? "," : "", r->part.first[k + 1] - r->part.first[k]);
+            dt_log(DT_LOG_INFO, "auto partition from measured block times: %s blocks per stage (bottleneck %.2f ms per micro-batch)",
+                   desc, 1e3 * bottleneck);
+        }
+    }
+    dt_free(cost);
+    return st;
+}
+
+static dt_status setup_partition(tr_run *r) {
+    const char *spec = r->c->pp_partition ? r->c->pp_partition : "uniform";
+    if (r->P == 1 || strcmp(spec, "uniform") == 0) {
+        dt_partition_uniform(r->m->n_blocks, r->P, &r->part);
+        return DT_OK;
+    }
+    if (strcmp(spec, "auto") == 0) return partition_auto(r);
+    return dt_partition_parse(spec, r->m->n_blocks, r->P, &r->part);
+}
+
+/* The sub-communicators of the mesh. */
+static dt_status setup_mesh(tr_run *r) {
+    if (r->P == 1 && r->TP == 1) return DT_OK;
+    int P = r->P, TP = r->TP, D = r->D, stage = r->stage, replica = r->replica, tpr = r->tpr;
+    dt_status st;
+    if ((st = dt_comm_split(r->world, stage * TP + tpr, replica, &r->dpc))) return st;
+    if ((st = dt_comm_split(r->world, replica * TP + tpr, stage, &r->ppc))) return st;
+    if ((st = dt_comm_split(r->world, stage * D + replica, tpr, &r->tpc))) return st;
+    dt_comm_set_timeout(r->dpc, r->c->timeout);
+    dt_comm_set_timeout(r->ppc, r->c->timeout);
+    dt_comm_set_timeout(r->tpc, r->c->timeout);
+    dt_model_set_tp(r->m, r->tpc);
+    (void)P;
+    return DT_OK;
+}
+
+/* Robust (gathered) aggregation: every worker's gradient meets (--aggregate, or
+ * only to let --inject byzantine act where the vectors meet). */
+static dt_status setup_robust(tr_run *r) {
+    const dt_train_cfg *c = r->c;
+    bool gathered = c->agg.kind != DT_AGG_NONE || tr_any_byzantine(c);
+    r->per_worker = gathered || c->strategy == DT_STRATEGY_LOCALSGD;
+    if (!gathered) return DT_OK;
+    dt_robust_cfg *rc = &r->robcfg;
+    memset(rc, 0, sizeof *rc);
+    /* The hooks first: the reducer copies its configuration. */
+    dt_status st = tr_attacks(c, r->replica, r->D, &r->att, rc, r->lead);
+    if (st) return st;
+    rc->agg = c->agg.kind == DT_AGG_NONE ? (dt_agg){.kind = DT_AGG_MEAN} : c->agg;
+    rc->wm = dt_train_worker_momentum(c) ? &c->optim : NULL;
+    rc->clip = c->clip;
+    rc->algo = c->dp.algo;
+    return dt_robust_create(&r->rob, rc, r->m, r->dpc);
+}
+
+dt_status tr_setup_strategy(tr_run *r) {
+    const dt_train_cfg *c = r->c;
+    dt_model *m = r->m;
+    if (r->P > m->n_blocks)
+        return dt_errorf(DT_ERR_INVALID, "--pp %d: the %s has only %d blocks", r->P, dt_model_kind_name(m->cfg.kind), m->n_blocks);
+    dt_status st = setup_mesh(r);
+    if (st) return st;
+    int B = c->batch, D = r->D;
+    /* Largest shard of a global batch: with dynamic balance a worker may get all of it. */
+    r->local_max = c->balance_dynamic ? B : (B + D - 1) / D;
+    int split = r->P > 1 ? c->pipe.micro_batches : c->accum;
+    r->micro_max = (r->local_max + split - 1) / split;
+    if (r->micro_max < 1) r->micro_max = 1;
+    r->eB = r->data.lm ? (r->micro_max > 16 ? r->micro_max : 16) : 256;
+    int cap = r->eB > r->local_max ? r->eB : r->local_max;
+    if ((st = dt_loader_init(&r->ld, &r->data, cap, c->seed, r->replica, D))) return st;
+    if ((st = setup_partition(r))) return st;
+    dt_dp_cfg dcfg = c->dp;
+    if (r->P > 1) {
+        dcfg.first_block = r->part.first[r->stage];
+        dcfg.last_block = r->part.first[r->stage + 1] - 1;
+    }
+    /* The gradient norm sums over stages and, for sharded tensors, over the tp
+     * group (replicated tensors hold the same gradient on every tp rank and
+     * count once). */
+    dcfg.norm_comm = r->P > 1 ? r->ppc : NULL;
+    dcfg.tp_comm = r->TP > 1 ? r->tpc : NULL;
+    dcfg.comp.seed = c->seed;
+    if ((st = setup_robust(r))) return st;
+    dt_optim_cfg ocfg = tr_applied_optim(c);
+    if ((st = dt_dp_create(&r->dp, m, r->dpc, &dcfg, &ocfg))) return st;
+    if (c->dp.comp.comp.kind != DT_COMP_NONE && D == 1 && !r->quiet)
+        dt_log(DT_LOG_INFO, "--compress: one data-parallel rank has nothing to send, so nothing is compressed");
+    if ((st = dt_dp_broadcast_params(r->dp))) return st;
+    dt_dp_stats discard; /* the broadcast is not step 1's traffic */
+    dt_dp_take_stats(r->dp, &discard);
+    if (r->P > 1 && (st = dt_pipe_create(&r->pipe, m, r->ppc, &r->part, &c->pipe, r->micro_max))) return st;
+    if (!r->pipe) {
+        if ((st = dt_acts_create(&r->acts, m, 0, m->n_blocks - 1, r->micro_max))) return st;
+        if ((st = dt_acts_create(&r->eacts, m, 0, m->n_blocks - 1, r->eB))) return st;
+    }
+    if (c->balance_dynamic && !(r->bal = dt_calloc((size_t)2 * D, sizeof(double))))
+        return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    if (!(r->smask = dt_calloc((size_t)m->n_params + 1, sizeof(bool)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    int bf = r->part.first[r->stage], bl = r->part.first[r->stage + 1] - 1;
+    for (int i = 0; i < m->n_params; i++) r->smask[i] = m->params[i].block >= bf && m->params[i].block <= bl;
+    return DT_OK;
+}
+
+void tr_free(tr_run *r) {
+    dt_ckpt_writer_destroy(r->ck.w);
+    dt_free(r->ck.writers);
+    dt_free(r->ck.pmask);
+    for (int k = 0; k < 4; k++) dt_free(r->ck.gbuf[k]);
+    dt_free(r->smask);
+    dt_free(r->bal);
+    dt_free(r->att.bad);
+    dt_robust_destroy(r->rob);
+    dt_pipe_destroy(r->pipe);
+    dt_trace_destroy(r->trace);
+    dt_loader_free(&r->ld);
+    dt_dp_destroy(r->dp);
+    dt_acts_destroy(r->acts);
+    dt_acts_destroy(r->eacts);
+    dt_model_destroy(r->m);
+    dt_model_destroy(r->full);
+    dt_dataset_free(&r->data);
+    /* The sub-communicators last: the dp object used them. */
+    if (r->dpc != r->world) dt_comm_destroy(r->dpc);
+    dt_comm_destroy(r->ppc);
+    dt_comm_destroy(r->tpc);
+}

@@ -1,0 +1,346 @@
+/* The synchronous driver: data parallelism (any ZeRO stage, compressed or
+ * robust), pipeline and tensor parallelism, local SGD. One step reads as a
+ * textbook's: next batch, forward/backward, reduce, update, then checkpoint,
+ * account and report. */
+#include "run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Synchronous: every loss term weighs 1/(terms in the global batch) and the
+ * collectives sum. Local SGD and gathered (robust) aggregation: each worker's
+ * gradient is the mean over its own shard. */
+static float loss_scale(const tr_run *r, int local_n, int global_n) {
+    float terms = (float)r->m->loss_terms;
+    if (r->per_worker) return local_n > 0 ? 1.0f / ((float)local_n * terms) : 0.0f;
+    return 1.0f / ((float)global_n * terms);
+}
+
+static dt_status tp_status(const dt_model *m) {
+    return m->tp_err ? dt_errorf(m->tp_err, "tensor-parallel all-reduce failed: %s", dt_error_msg()) : DT_OK;
+}
+
+/* Forward and backward of this rank's shard: through the pipeline schedule, or
+ * as --accum micro-batches whose buckets go out as backward finishes them. */
+static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float scale, double *loss, double *bwd_s) {
+    const dt_train_cfg *c = r->c;
+    dt_model *m = r->m;
+    dt_loader *ld = &r->ld;
+    dt_status st;
+    if (r->pipe) {
+        dt_batch sb = {.B = local_n, .x = ld->x, .tokens = ld->tokens, .targets = ld->targets, .loss_scale = scale};
+        double tb = dt_now();
+        if ((st = dt_pipe_step(r->pipe, r->dp, &sb, m->cfg.in_dim, loss)) || (st = tp_status(m))) return st;
+        *bwd_s = dt_now() - tb;
+        if (r->trace) dt_trace_event(r->trace, "pipeline schedule", DT_TRACE_COMPUTE, tb, tb + *bwd_s, step, -1);
+        return DT_OK;
+    }
+    size_t per = dt_loader_sample_len(ld), tper = ld->d->lm ? per : 1;
+    for (int mi = 0; mi < c->accum; mi++) {
+        int lo = (int)((int64_t)local_n * mi / c->accum), hi = (int)((int64_t)local_n * (mi + 1) / c->accum);
+        dt_batch b = {.B = hi - lo, .targets = ld->targets + (size_t)lo * tper, .loss_scale = scale};
+        if (ld->d->lm) b.tokens = ld->tokens + (size_t)lo * per;
+        else b.x = ld->x + (size_t)lo * per;
+        dt_dp_begin_backward(r->dp, mi == c->accum - 1 && !r->per_worker);
+        if (b.B > 0) {
+            double tf = dt_now();
+            *loss += dt_model_forward(m, r->acts, &b, NULL);
+            double tb = dt_now();
+            dt_model_backward(m, r->acts, &b, NULL, NULL, dt_dp_block_done, r->dp);
+            double te = dt_now();
+            *bwd_s += te - tb;
+            if (r->trace) {
+                dt_trace_event(r->trace, "forward", DT_TRACE_COMPUTE, tf, tb, step, mi);
+                dt_trace_event(r->trace, "backward", DT_TRACE_COMPUTE, tb, te, step, mi);
+            }
+        }
+        if ((st = tp_status(m)) || (st = dt_dp_end_backward(r->dp))) return st;
+    }
+    return DT_OK;
+}
+
+/* Robust reduction (when gathered), the optimizer, local SGD's averaging and
+ * the pipeline's tied tensors. */
+static dt_status reduce_update(tr_run *r, int64_t step, float lr) {
+    const dt_train_cfg *c = r->c;
+    dt_status st;
+    if (r->rob && (st = dt_robust_reduce(r->rob, r->m, step))) return st;
+    if ((st = dt_dp_step(r->dp, lr, dt_robust_momentum(r->rob) ? 0.0f : c->clip, NULL))) return st;
+    if (c->strategy == DT_STRATEGY_LOCALSGD && r->D > 1 && step % c->local_h == 0) {
+        /* Local SGD: the workers' parameters are averaged every H steps
+         * (optimizer state stays local). */
+        double ta = dt_now();
+        if ((st = dt_allreduce(r->dpc, r->m->w, r->m->n, DT_OP_AVG, c->dp.algo))) return st;
+        if (r->trace) dt_trace_event(r->trace, "parameter average", DT_TRACE_COMPUTE, ta, dt_now(), step, -1);
+    }
+    return r->pipe ? dt_pipe_sync_tied(r->pipe) : DT_OK;
+}
+
+/* --balance dynamic: each worker's speed (samples per second of its own
+ * compute, slowness included), smoothed, sets its share of the next batch. */
+static dt_status rebalance(tr_run *r, int local_n, double own) {
+    int D = r->D;
+    double *bal = r->bal, *v = r->bal + D;
+    memset(v, 0, (size_t)D * sizeof(double));
+    v[r->replica] = local_n > 0 && own > 0 ? (double)local_n / own : bal[r->replica];
+    dt_status st = dt_allreduce_f64(r->dpc, v, (size_t)D);
+    if (st) return st;
+    for (int k = 0; k < D; k++) bal[k] = bal[k] > 0 ? 0.5 * bal[k] + 0.5 * v[k] : v[k];
+    dt_sampler_set_weights(&r->ld.sampler, bal);
+    return DT_OK;
+}
+
+static void add_stats(dt_dp_stats *to, const dt_dp_stats *s) {
+    to->comm_s += s->comm_s;
+    to->exposed_s += s->exposed_s;
+    to->backward_s += s->backward_s;
+    to->bytes_sent += s->bytes_sent;
+    to->comp.encode_s += s->comp.encode_s;
+    to->comp.decode_s += s->comp.decode_s;
+    to->comp.raw_bytes += s->comp.raw_bytes;
+    to->comp.payload_bytes += s->comp.payload_bytes;
+}
+
+/* The step's loss over the world, its figures into the window and the run. */
+static dt_status account(tr_run *r, int64_t step, int local_n, int global_n, double local_loss, double t[3],
+                         double bwd_s, double slept) {
+    dt_train_result *res = r->res;
+    double loss_d = r->tpr == 0 ? local_loss : 0.0; /* tp ranks compute the same loss */
+    if (r->per_worker && global_n > 0) loss_d *= (double)local_n / (double)global_n; /* worker mean -> global mean */
+    dt_status st;
+    if (r->n > 1 && (st = dt_allreduce_f64(r->world, &loss_d, 1))) return st;
+    float loss = (float)loss_d;
+    if (!isfinite(loss))
+        return dt_errorf(DT_ERR_INVALID, "the loss became %f at step %lld: lower --lr or set --clip", (double)loss, (long long)step);
+    dt_dp_stats ss;
+    dt_dp_take_stats(r->dp, &ss);
+    ss.backward_s = bwd_s;
+    double compute = (t[2] - t[0]) - ss.exposed_s;
+    r->slow_prev = compute - slept;
+    if (r->bal && r->D > 1 && (st = rebalance(r, local_n, dt_now() - t[0] - ss.exposed_s))) return st;
+    add_stats(&r->win.dp, &ss);
+    res->comp.encode_s += ss.comp.encode_s;
+    res->comp.decode_s += ss.comp.decode_s;
+    res->comp.raw_bytes += ss.comp.raw_bytes;
+    res->comp.payload_bytes += ss.comp.payload_bytes;
+    res->comm_s += ss.comm_s;
+    res->exposed_s += ss.exposed_s;
+    res->backward_s += ss.backward_s;
+    res->bytes_sent += ss.bytes_sent;
+    r->win.compute_s += compute;
+    r->win.loss += loss;
+    r->win.steps++;
+    int64_t items = (int64_t)global_n * (r->data.lm ? r->data.T : 1);
+    r->win.items += items;
+    r->all_items += items;
+    return DT_OK;
+}
+
+/* Every --log-every steps and at the last: the window's figures to the reporters. */
+static dt_status report_window(tr_run *r, int64_t step, float lr) {
+    const dt_train_cfg *c = r->c;
+    if (step % c->log_every != 0 && step != r->total) return DT_OK;
+    tr_window *w = &r->win;
+    double now = dt_now(), n = (double)w->steps;
+    r->res->final_loss = (float)(w->loss / n);
+    dt_step_info s = {
+        .strategy = c->strategy, .step = step, .total_steps = r->total, .epoch = r->ld.sampler.epoch,
+        .loss = r->res->final_loss, .lr = lr, .items_per_s = w->items / (now - w->t0 > 1e-9 ? now - w->t0 : 1e-9),
+        .unit = r->data.lm ? "tokens" : "samples", .time_s = now - r->t0,
+        .eta_s = (double)(r->total - step) * (now - r->t0) / (double)step,
+        .compute_s = w->compute_s / n, .comm_exposed_s = w->dp.exposed_s / n, .comm_s = w->dp.comm_s / n,
+        .bytes_sent = w->dp.bytes_sent / (uint64_t)w->steps, .ranks = r->n,
+    };
+    char codec[48];
+    if (dt_dp_gc(r->dp)) {
+        /* Compression: the codec, raw / encoded bytes of this rank's
+         * contributions, its time per step (0 during the warm-up). */
+        dt_comp_name(&c->dp.comp.comp, codec, sizeof codec);
+        const dt_gc_stats *g = &w->dp.comp;
+        s.compress = codec;
+        s.compress_ratio = g->payload_bytes ? (double)g->raw_bytes / (double)g->payload_bytes : 1.0;
+        s.encode_s = g->encode_s / n;
+        s.decode_s = g->decode_s / n;
+    }
+    memset(w, 0, sizeof *w);
+    w->t0 = now;
+    return r->lead ? tr_report_step(c, &s) : DT_OK;
+}
+
+/* Every --eval-every steps and at the last. Evaluation time is not training
+ * time: the clocks move past it. */
+static dt_status maybe_evaluate(tr_run *r, int64_t step) {
+    const dt_train_cfg *c = r->c;
+    if (!((c->eval_every > 0 && step % c->eval_every == 0) || step == r->total)) return DT_OK;
+    double te = dt_now();
+    bool counts = (!r->pipe || r->stage == r->P - 1) && r->tpr == 0;
+    dt_status st = tr_evaluate(r->m, r->eacts, &r->ld, r->eB, c->eval_max, r->world, r->pipe, r->replica, r->D, counts,
+                               &r->acc, &r->eloss);
+    if (st) return st;
+    if (r->trace) dt_trace_event(r->trace, "eval", DT_TRACE_COMPUTE, te, dt_now(), step, -1);
+    double at = te - r->t0; /* training time when evaluated (earlier evaluations excluded) */
+    r->t0 += dt_now() - te;
+    r->win.t0 += dt_now() - te;
+    dt_eval_info e = {.step = step, .lm = r->data.lm, .acc = r->acc, .loss = r->eloss, .time_s = at};
+    return r->lead ? tr_report_eval(c, &e) : DT_OK;
+}
+
+static dt_status step(tr_run *r, int64_t step) {
+    const dt_train_cfg *c = r->c;
+    dt_comm_set_step(r->world, step);
+    tr_step_hook(c, r->rank, step, DT_STEP_BEGIN, r->slow_prev);
+    double t[3];
+    t[0] = dt_now();
+    tr_step_hook(c, r->rank, step, DT_STEP_COMPUTE, r->slow_prev); /* --inject slow: a slower machine */
+    double slept = dt_now() - t[0];
+    int local_n, global_n;
+    dt_loader_next(&r->ld, c->batch, &local_n, &global_n);
+    double loss = 0, bwd_s = 0;
+    dt_status st = forward_backward(r, step, local_n, loss_scale(r, local_n, global_n), &loss, &bwd_s);
+    if (st) return st;
+    t[1] = dt_now();
+    float lr = dt_lr_at(&r->sched, step - 1);
+    if ((st = reduce_update(r, step, lr))) return st;
+    t[2] = dt_now();
+    if (r->trace) dt_trace_event(r->trace, "optimizer", DT_TRACE_COMPUTE, t[1], t[2], step, -1);
+    if ((st = tr_ckpt_maybe_save(r, step))) return st;
+    if ((st = account(r, step, local_n, global_n, loss, t, bwd_s, slept))) return st;
+    if ((st = report_window(r, step, lr))) return st;
+    return maybe_evaluate(r, step);
+}
+
+static void trace_hook(void *ctx, const char *name, int bucket, double t0, double t1, bool comm_thread) {
+    dt_trace_event(ctx, name, comm_thread ? DT_TRACE_COMM : DT_TRACE_COMPUTE, t0, t1, -1, bucket);
+}
+
+static void log_start(const tr_run *r) {
+    const dt_train_cfg *c = r->c;
+    dt_dp_mem mem;
+    dt_dp_memory(r->dp, &mem);
+    mem.optim_bytes += dt_robust_state_bytes(r->rob);
+    dt_log(DT_LOG_INFO, "training %s (%zu parameters) on %lld %s, %lld steps of batch %d, %s lr %g",
+           dt_model_kind_name(r->m->cfg.kind), r->m->n, (long long)r->data.n_train, r->data.lm ? "windows" : "images",
+           (long long)r->total, c->batch, c->optim.kind == DT_OPTIM_SGD ? "sgd" : "adamw", (double)c->lr);
+    if (r->n > 1)
+        dt_log(DT_LOG_INFO, "data parallel on %d ranks: %d buckets, %s, ZeRO-%d, %zu optimizer bytes per rank", r->n,
+               dt_dp_n_buckets(r->dp), dt_algo_name(c->dp.algo), c->dp.zero, mem.optim_bytes);
+    static const char *const rule[DT_AGG_COUNT] = {"mean", "mean", "coordinate-wise median", "trimmed mean", "Multi-Krum",
+                                                   "centred clipping"};
+    if (r->rob)
+        dt_log(DT_LOG_INFO, "aggregation: %s%s of the %d workers' %s", rule[r->robcfg.agg.kind],
+               r->robcfg.agg.nnm ? " after nearest-neighbour mixing" : "", r->D,
+               dt_robust_momentum(r->rob) ? "momenta (worker momentum)" : "gradients");
+    if (r->start_step > 0) dt_log(DT_LOG_INFO, "resumed at step %lld of %lld", (long long)r->start_step, (long long)r->total);
+}
+
+/* Rank 0's reporters start (they may open files); every rank learns whether
+ * they could, so a failure ends every rank at once. Also the barrier before
+ * the clock starts. */
+static dt_status start_reporters(tr_run *r) {
+    dt_run_info info;
+    tr_run_info(r, r->c->strategy, &info);
+    dt_status st = tr_report_start(r, &info);
+    double failed = st ? 1.0 : 0.0;
+    dt_status cs = dt_allreduce_f64(r->world, &failed, 1);
+    if (st || cs) return st ? st : cs;
+    return failed > 0 ? dt_errorf(DT_ERR_IO, "rank 0 could not start its reporters") : DT_OK;
+}
+
+static dt_status begin(tr_run *r) {
+    const dt_train_cfg *c = r->c;
+    dt_status st;
+    if ((st = tr_setup_strategy(r)) || (st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = start_reporters(r))) return st;
+    r->t0 = r->win.t0 = dt_now();
+    if (c->trace) {
+        if ((st = dt_trace_create(&r->trace, r->rank, r->t0))) return st;
+        dt_dp_set_trace(r->dp, trace_hook, r->trace);
+    }
+    r->sched = (dt_lr_sched){c->lr, c->min_lr, c->warmup, r->total, c->cosine};
+    if (!r->quiet) log_start(r);
+    return DT_OK;
+}
+
+/* Every stage's pipeline schedule figures, to rank 0 (collective). */
+static dt_status pipe_summary(tr_run *r, double *arr, dt_pipe_summary *ps, int *blocks) {
+    int P = r->P, M = r->c->pipe.micro_batches;
+    dt_pipe_stats s;
+    dt_pipe_take_stats(r->pipe, &s);
+    memset(arr, 0, (size_t)P * 9 * sizeof(double));
+    if (r->replica == 0) {
+        double *a = arr + 5 * r->stage;
+        a[0] = s.step_s;
+        a[1] = s.busy_s;
+        a[2] = s.idle_s;
+        a[3] = (double)s.act_floats;
+        a[4] = s.acts_alive_peak;
+    }
+    dt_status st = dt_allreduce_f64(r->world, arr, (size_t)P * 5);
+    if (st) return st;
+    /* Idle = 1 - busy / the pipeline's span (the longest stage schedule). */
+    double span = 0, *idle = arr + 5 * P, *act = arr + 6 * P, *busy = arr + 7 * P, *peak = arr + 8 * P;
+    for (int k = 0; k < P; k++) span = arr[5 * k] > span ? arr[5 * k] : span;
+    for (int k = 0; k < P; k++) {
+        idle[k] = span > 0 ? 1.0 - arr[5 * k + 1] / span : 0.0;
+        act[k] = 4 * arr[5 * k + 3];
+        busy[k] = arr[5 * k + 1];
+        peak[k] = arr[5 * k + 4];
+        blocks[k] = r->part.first[k + 1] - r->part.first[k];
+        if (idle[k] > r->res->pp_idle_frac) r->res->pp_idle_frac = idle[k];
+    }
+    *ps = (dt_pipe_summary){.stages = P, .micro_batches = M, .schedule = r->c->pipe.schedule == DT_SCHED_GPIPE ? "gpipe" : "1f1b",
+                            .recompute = r->c->pipe.recompute, .bubble_formula = (double)(P - 1) / (double)(M + P - 1),
+                            .idle_frac = idle, .act_bytes = act, .busy_s = busy, .acts_alive_peak = peak,
+                            .blocks_per_stage = blocks};
+    return DT_OK;
+}
+
+/* The end of the run: the last evaluation of a run resumed at its end, the
+ * checkpoint writer drained, the results, the reporters' end (weights, summary
+ * lines), the timeline. */
+static dt_status finish(tr_run *r) {
+    const dt_train_cfg *c = r->c;
+    dt_train_result *res = r->res;
+    dt_status st;
+    /* Resumed at its end: no step ran, but the weights are still evaluated. */
+    bool counts = (!r->pipe || r->stage == r->P - 1) && r->tpr == 0;
+    if (r->start_step >= r->total &&
+        (st = tr_evaluate(r->m, r->eacts, &r->ld, r->eB, c->eval_max, r->world, r->pipe, r->replica, r->D, counts, &r->acc, &r->eloss)))
+        return st;
+    if (r->ck.w) {
+        if ((st = dt_ckpt_flush(r->ck.w))) return st;
+        res->ckpt_blocking_s = dt_ckpt_blocking_seconds(r->ck.w);
+    }
+    res->seconds = dt_now() - r->t0;
+    res->steps = r->total;
+    res->test_acc = r->acc;
+    res->eval_loss = r->eloss;
+    res->items_per_s = (double)r->all_items / (res->seconds > 1e-9 ? res->seconds : 1e-9);
+    dt_dp_memory(r->dp, &res->mem);
+    res->mem.optim_bytes += dt_robust_state_bytes(r->rob); /* the worker's momentum is its optimizer state */
+    dt_end_info e = {.res = res, .model = r->full ? r->full : r->m, .strategy = c->strategy, .world = r->n, .zero = c->dp.zero,
+                     .buckets = dt_dp_n_buckets(r->dp), .local_params = r->m->n};
+    dt_pipe_summary ps;
+    double *arr = NULL;
+    int *blocks = NULL;
+    if (r->pipe) {
+        arr = dt_calloc((size_t)r->P * 9, sizeof(double));
+        blocks = dt_calloc((size_t)r->P, sizeof(int));
+        st = arr && blocks ? pipe_summary(r, arr, &ps, blocks) : dt_errorf(DT_ERR_NOMEM, "out of memory");
+        e.pipe = &ps;
+    }
+    if (!st && c->n_reporters > 0) st = tr_gather_weights(r);
+    if (!st && r->lead) st = tr_report_end(c, &e);
+    dt_free(arr);
+    dt_free(blocks);
+    if (st || !r->trace) return st;
+    if ((st = dt_trace_write(r->trace, r->world, c->trace))) return st;
+    if (!r->quiet) dt_log(DT_LOG_INFO, "wrote the timeline %s (open it in https://ui.perfetto.dev)", c->trace);
+    return DT_OK;
+}
+
+dt_status tr_drive_sync(tr_run *r) {
+    dt_status st = begin(r);
+    for (int64_t s = r->start_step + 1; !st && s <= r->total; s++) st = step(r, s);
+    return st ? st : finish(r);
+}

@@ -1,0 +1,25 @@
+/* What the program installs around a library run: the reporters (metrics
+ * file, weights file, the progress line), the fault injections that end or
+ * stall a process (crash, hang, slow) and the watchdog. */
+#ifndef DT_HOOKS_H
+#define DT_HOOKS_H
+
+#include "dtrain/train.h"
+
+typedef struct cli_hooks {
+    const dt_train_cfg *cfg;
+    dt_report_jsonl *jsonl;
+    const char *weights_dir;
+    dt_strategy strategy;
+    int64_t total;
+    bool progress;           /* a live line on a terminal instead of log lines */
+} cli_hooks;
+
+/* Installs the reporters and the step hook into cfg (which h borrows), and
+ * starts the watchdog: a step that makes no progress for watchdog_s ends the
+ * process with exit code 3 (0: no watchdog). */
+dt_status cli_hooks_install(cli_hooks *h, dt_train_cfg *cfg, bool progress, double watchdog_s);
+/* Stops the watchdog and closes the metrics file; returns its status. */
+dt_status cli_hooks_finish(cli_hooks *h);
+
+#endif
