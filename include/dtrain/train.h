@@ -123,6 +123,24 @@ bool dt_train_worker_momentum(const dt_train_cfg *c);
  * rank calls it; rank 0 alone prints progress and writes outputs. */
 dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *res);
 
+/* How the job ends on this rank once dt_train_run returned st (every rank
+ * calls it): a multi-rank run that failed on a communication fault finds the
+ * late rank (the message names it) and must be aborted; a parameter-server
+ * run that lost workers releases the others and must end without finalizing
+ * MPI (its barrier would wait for the dead). One rank per fault reports. */
+typedef enum {
+    DT_END_FINALIZE,         /* dt_comm_destroy + dt_comm_finalize, then return */
+    DT_END_ABORT,            /* dt_comm_abort: the job cannot go on */
+    DT_END_EXIT              /* leave the process without finalizing MPI */
+} dt_end_action;
+typedef struct dt_train_end {
+    dt_end_action action;
+    dt_status status;        /* the run's, or the release's */
+    bool report;             /* this rank prints msg */
+    char msg[1700];
+} dt_train_end;
+void dt_train_end_job(dt_comm *world, dt_status st, const dt_train_result *res, double timeout, dt_train_end *out);
+
 /* Evaluation of given weights (no training): accuracy + loss on the test set
  * (classifiers) or loss on the validation tail (gpt). */
 dt_status dt_eval_run(const dt_train_cfg *c, const char *weights, dt_train_result *res);

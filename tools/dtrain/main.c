@@ -369,6 +369,21 @@ static int run_error(void) {
     return EXIT_RUN;
 }
 
+/* Ends this rank's part of the job as the library decides (dt_train_end_job),
+ * after every output of a run that completed is written. */
+static int end_job(dt_comm *world, dt_status st, const dt_train_result *r, double timeout) {
+    dt_train_end end;
+    dt_train_end_job(world, st, r, timeout, &end);
+    if (end.report) fprintf(stderr, "%s: %s\n", g_cmd, end.msg);
+    int code = end.status == DT_OK ? 0 : end.status == DT_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_RUN;
+    fflush(NULL);
+    if (end.action == DT_END_ABORT) dt_comm_abort(world, code);
+    if (end.action == DT_END_EXIT) _exit(code);
+    dt_comm_destroy(world);
+    dt_comm_finalize();
+    return code;
+}
+
 static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     cli c = {0};
     c.backoff = -1; /* not given: 1 s */
@@ -429,34 +444,7 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     dt_status hs = cli_hooks_finish(&hooks);
     if (!st) st = hs;
     free(config);
-    if (st) {
-        bool comm_fault = st == DT_ERR_TIMEOUT || st == DT_ERR_COMM;
-        int code = st == DT_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_RUN;
-        /* Faults of one rank are reported by the rank that saw them; errors every
-         * rank hits alike (data, flags) once, by rank 0. */
-        if (st == DT_ERR_TIMEOUT && size > 1) {
-            /* Find out who is late; the first rank that timed out reports. */
-            char what[1024], report[600];
-            snprintf(what, sizeof what, "%s", dt_error_msg());
-            double grace = c.cfg.timeout < 5 ? c.cfg.timeout : 5;
-            if (dt_comm_diagnose(world, grace, report, sizeof report)) {
-                fprintf(stderr, "%s: %s; %s\n", g_cmd, what, report);
-            } else {
-                /* The reporter is still printing: ending the job now could
-                 * take its line down with it. Its own abort usually ends us. */
-                struct timespec ts = {2, 0};
-                nanosleep(&ts, NULL);
-            }
-        } else if (rank == 0 || comm_fault) {
-            if (size > 1) fprintf(stderr, "%s: rank %d: %s\n", g_cmd, rank, dt_error_msg());
-            else fprintf(stderr, "%s: %s\n", g_cmd, dt_error_msg());
-        }
-        fflush(stderr);
-        if (comm_fault && size > 1) dt_comm_abort(world, code);
-        dt_comm_destroy(world);
-        dt_comm_finalize();
-        return code;
-    }
+    if (st) return end_job(world, st, &r, c.cfg.timeout);
     if (c.cfg.strategy == DT_STRATEGY_HOGWILD) size = 1;
     if (rank == 0) {
         char loss[64];
@@ -487,23 +475,7 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
         fflush(stdout);
         if (c.cfg.strategy == DT_STRATEGY_PS) dt_launch_report_done(r.lost_desc);
     }
-    if (r.lost_workers) {
-        /* A worker died: MPI_Finalize would wait for it forever, and the first
-         * rank to end without it makes mpirun take the job down. So rank 0
-         * (its outputs written, the launcher told) releases the others, and
-         * everyone ends without MPI_Finalize. */
-        fflush(NULL);
-        int code = 0;
-        if (dt_ps_release(world, 2.0 * c.cfg.timeout + 10.0)) {
-            fprintf(stderr, "%s: rank %d: %s\n", g_cmd, rank, dt_error_msg());
-            code = EXIT_TIMEOUT;
-        }
-        fflush(NULL);
-        _exit(code);
-    }
-    dt_comm_destroy(world);
-    dt_comm_finalize();
-    return 0;
+    return end_job(world, DT_OK, &r, c.cfg.timeout);
 }
 
 static int cmd_eval(int argc, char **argv) {
