@@ -51,6 +51,19 @@ inc=$(sed -n 's/^-I\([^ ]*\).*/\1/p' <<<"$cflags")
 [ -f "$inc/dtrain/dtrain.h" ] && [ "$(cd "$inc" && pwd -P)" = "$(cd "$p/$incdir" && pwd -P)" ] \
   && ok "Cflags point into the prefix: $inc" || fail "Cflags '$cflags' do not lead to $p/$incdir"
 
+# ---- every installed header compiles on its own, in C11 and C++ ------------------
+bad=""
+for h in "$p/$incdir"/dtrain/*.h; do
+  b=$(basename "$h")
+  # shellcheck disable=SC2086
+  out=$(echo "#include <dtrain/$b>" | cc -fsyntax-only -std=c11 -Wall -Wextra -Wpedantic -Werror -xc - $cflags 2>&1) || bad+=" $b(C): $out"
+  if command -v c++ >/dev/null; then
+    # shellcheck disable=SC2086
+    out=$(echo "#include <dtrain/$b>" | c++ -fsyntax-only -std=c++11 -Wall -Wextra -Wpedantic -Werror -xc++ - $cflags 2>&1) || bad+=" $b(C++): $out"
+  fi
+done
+[ -z "$bad" ] && ok "every installed header compiles alone (C11$(command -v c++ >/dev/null && echo ', C++11'))" || fail "headers that do not compile alone:$bad"
+
 # ---- build the example from a copy, shared and static --------------------------
 mkdir "$tmp/ex" && cp "$here/../examples/train_mlp.c" "$tmp/ex/" && cd "$tmp/ex" || exit 1
 warn="-std=c11 -Wall -Wextra -Wpedantic -Werror"
