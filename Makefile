@@ -5,8 +5,10 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
+PREFIX     ?= /usr/local
+DESTDIR    ?=
 
-.PHONY: all deps build test test-fast test-asan demo bench clean
+.PHONY: all deps build test test-fast test-asan demo bench install clean
 
 all: build
 
@@ -38,6 +40,11 @@ demo: build
 
 bench: build
 	@bench/run.sh $(BUILD)
+
+# bin/dtrain, lib/libdtrain.{a,so*}, include/dtrain/*.h, lib/pkgconfig/dtrain.pc
+# under $(DESTDIR)$(PREFIX).
+install: build
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

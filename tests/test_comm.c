@@ -4,6 +4,7 @@
  * exact in float, and every algorithm must match it bit for bit; each result is
  * also checked to be bitwise identical on every rank. */
 #include "dtrain/comm.h"
+#include "dtrain/testing.h"
 #include "testhelp.h"
 
 #include <string.h>

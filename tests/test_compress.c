@@ -1,6 +1,7 @@
 /* Gradient compressors: round-trip error bounds, unbiasedness of int8, exact
  * byte counts, varint edge cases, top-k selection, error feedback's invariant. */
 #include "dtrain/compress.h"
+#include "dtrain/testing.h"
 
 #include "testhelp.h"
 

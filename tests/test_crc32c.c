@@ -3,6 +3,7 @@
  * starts, and (informational) throughput of both paths on 64 MiB. */
 #include "dtrain/core.h"
 #include "dtrain/crc32c.h"
+#include "dtrain/testing.h"
 #include "testhelp.h"
 
 #include <stdint.h>

@@ -51,7 +51,7 @@ dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **out);
 void dt_comm_destroy(dt_comm *c);      /* NULL ok; the world comm last */
 void dt_comm_finalize(void);           /* MPI_Finalize if MPI was initialised */
 /* Ends every rank of the job after a fatal error (MPI_Abort; exit otherwise). */
-_Noreturn void dt_comm_abort(dt_comm *c, int code);
+DT_NORETURN void dt_comm_abort(dt_comm *c, int code);
 
 int dt_comm_rank(const dt_comm *c);
 int dt_comm_size(const dt_comm *c);
@@ -63,9 +63,6 @@ void dt_comm_set_timeout(dt_comm *c, double seconds);
 double dt_comm_timeout(const dt_comm *c);
 /* Training step, reported in timeout messages. */
 void dt_comm_set_step(dt_comm *c, int64_t step);
-/* Largest segment (bytes) a pipelined algorithm moves at once (default 1 MiB);
- * tests set it small to reach the multi-segment paths. */
-void dt_comm_set_max_segment(dt_comm *c, size_t bytes);
 /* Bytes this rank has sent through this communicator since creation. */
 uint64_t dt_comm_bytes_sent(const dt_comm *c);
 

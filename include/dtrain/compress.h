@@ -47,21 +47,6 @@ dt_status dt_comp_decode(const dt_comp_cfg *c, const uint8_t *in, size_t bytes, 
 size_t dt_comp_encode_ef(const dt_comp_cfg *c, const float *g, float *e, size_t n, uint8_t *out,
                          float *tmp, dt_rng *rng);
 
-/* ---- pieces, exposed for tests ------------------------------------------------ */
-uint16_t dt_f32_to_f16(float x);
-float dt_f16_to_f32(uint16_t h);
-uint16_t dt_f32_to_bf16(float x);
-float dt_bf16_to_f32(uint16_t h);
-/* n values to/from little-endian 16-bit words (F16C when built for it). */
-void dt_f32_to_f16_n(const float *x, uint8_t *out, size_t n);
-void dt_f16_to_f32_n(const uint8_t *in, float *y, size_t n);
-void dt_f32_to_bf16_n(const float *x, uint8_t *out, size_t n);
-void dt_bf16_to_f32_n(const uint8_t *in, float *y, size_t n);
-/* LEB128: 7 bits per byte, high bit = more bytes follow. put returns the bytes
- * written (<= 10); get returns the bytes read, 0 if truncated or over 64 bits. */
-size_t dt_varint_put(uint8_t *out, uint64_t v);
-size_t dt_varint_get(const uint8_t *in, size_t len, uint64_t *v);
-
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,13 @@
 extern "C" {
 #endif
 
+/* _Noreturn is C11's spelling; C++ (an embedder's) has the attribute. */
+#ifdef __cplusplus
+#define DT_NORETURN [[noreturn]]
+#else
+#define DT_NORETURN _Noreturn
+#endif
+
 typedef enum dt_status {
     DT_OK = 0,
     DT_ERR_NOMEM,       /* allocation failed or size overflowed */
@@ -43,7 +50,7 @@ void dt_error_clear(void);
     do {                                                                       \
         if (!(cond)) dt_assert_fail(#cond, __FILE__, __LINE__);                \
     } while (0)
-_Noreturn void dt_assert_fail(const char *cond, const char *file, int line);
+DT_NORETURN void dt_assert_fail(const char *cond, const char *file, int line);
 
 /* ---- checked allocation ---------------------------------------------------
  * All return NULL on failure (and on size overflow); free with dt_free (NULL ok).

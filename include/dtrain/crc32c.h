@@ -16,13 +16,8 @@ extern "C" {
 #endif
 
 /* Uses the SSE4.2 crc32 instruction when the CPU has it (checked at run time),
- * else the software path. */
+ * else the software path. testing.h exposes each path for tests. */
 uint32_t dt_crc32c(uint32_t crc, const void *buf, size_t len);
-/* The table-driven (slicing-by-8) software path, always available; same
- * results as dt_crc32c. Exposed so tests can compare the two. */
-uint32_t dt_crc32c_sw(uint32_t crc, const void *buf, size_t len);
-/* "sse4.2" or "software": the path dt_crc32c takes on this CPU. */
-const char *dt_crc32c_impl(void);
 
 #ifdef __cplusplus
 }

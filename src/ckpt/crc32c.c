@@ -14,6 +14,7 @@
  * the library runs on CPUs without SSE4.2. The instruction works on the raw
  * (pre-inverted) register, so both paths apply the ~ at entry and exit. */
 #include "dtrain/crc32c.h"
+#include "dtrain/testing.h"
 
 #include <pthread.h>
 #include <string.h>

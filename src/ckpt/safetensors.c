@@ -12,7 +12,7 @@
  * fsync of the directory. */
 #include "dtrain/safetensors.h"
 
-#include "dtrain/compress.h" /* fp16/bf16 conversions */
+#include "dtrain/testing.h" /* fp16/bf16 conversions */
 
 #include <errno.h>
 #include <fcntl.h>

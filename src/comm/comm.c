@@ -7,6 +7,7 @@
  * ranks (2-4 ranks share 2 cores here) it yields for the first few microseconds
  * and then sleeps with a growing nanosleep, never spinning. */
 #include "comm/comm_internal.h"
+#include "dtrain/testing.h"
 
 #include <limits.h>
 #include <sched.h>

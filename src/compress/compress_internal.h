@@ -3,6 +3,7 @@
 #define DT_COMPRESS_INTERNAL_H
 
 #include "dtrain/compress.h"
+#include "dtrain/testing.h" /* fp16/bf16 and varint pieces */
 
 size_t dt_comp_topk_k(const dt_comp_cfg *c, size_t n);
 size_t dt_comp_int8_encode(const dt_comp_cfg *c, const float *x, size_t n, uint8_t *out, dt_rng *rng);

@@ -1,5 +1,5 @@
 /* fp16 and bf16 conversions, round to nearest even, with subnormals, inf, nan. */
-#include "dtrain/compress.h"
+#include "dtrain/testing.h"
 
 #include <string.h>
 #ifdef __F16C__

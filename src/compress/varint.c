@@ -1,5 +1,5 @@
 /* LEB128 varints: the sparse "pointer" encoding of top-k indices. */
-#include "dtrain/compress.h"
+#include "dtrain/testing.h"
 
 size_t dt_varint_put(uint8_t *out, uint64_t v) {
     size_t n = 0;

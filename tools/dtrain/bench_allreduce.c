@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "launch.h"
 #include "dtrain/comm.h"
+#include "dtrain/testing.h" /* dt_comm_set_max_segment */
 
 #include <ctype.h>
 #include <errno.h>
