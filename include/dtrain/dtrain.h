@@ -10,13 +10,15 @@
 #include "dtrain/model.h"       /* models as block lists over a flat parameter arena */
 #include "dtrain/optim.h"       /* SGD, AdamW, learning-rate schedules, gradient clipping */
 #include "dtrain/data.h"        /* IDX datasets, byte corpora, the sharded sampler */
+#include "dtrain/loader.h"      /* a run's data behind "next batch" and "evaluation batch" */
 #include "dtrain/comm.h"        /* communicators, point-to-point with deadlines, collectives */
 #include "dtrain/compress.h"    /* gradient codecs and error feedback */
 #include "dtrain/gradcomp.h"    /* compressed collectives (PowerSGD among them) */
 #include "dtrain/parallel.h"    /* data parallelism: buckets, overlap, ZeRO */
 #include "dtrain/pipeline.h"    /* pipeline stages and schedules (GPipe, 1F1B) */
 #include "dtrain/hogwild.h"     /* Hogwild! threads over one parameter arena */
-#include "dtrain/aggregate.h"   /* Byzantine-robust aggregation */
+#include "dtrain/aggregate.h"   /* Byzantine-robust aggregation rules */
+#include "dtrain/robust.h"      /* robust reduction over a group, worker momentum, simulated attacks */
 #include "dtrain/ps.h"          /* parameter server (BSP, ASP, SSP) */
 #include "dtrain/crc32c.h"      /* CRC32C checksums */
 #include "dtrain/safetensors.h" /* safetensors reader and writer */
