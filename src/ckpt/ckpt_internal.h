@@ -52,7 +52,7 @@ struct dt_ckpt_writer {
     dt_ckpt_state state;
 };
 
-/* Creates w->dir if missing (ckpt_persist.c). */
+/* Creates dir and its missing parents, like mkdir -p (ckpt_persist.c). */
 dt_status dt_ckpt_mkdir_p(const char *dir);
 /* Writes the snapshot in w: this rank's file; on rank 0 also the manifest once
  * every writer's file is there, then prunes old checkpoints (ckpt_persist.c).
