@@ -1,6 +1,7 @@
 /* safetensors: writer/reader round trip, a file written by Python, F16/BF16
  * conversion, and a table of malformed files that must each be rejected with
  * DT_ERR_FORMAT and a one-line message (run under ASan/UBSan in CI). */
+#include "dtrain/ckpt.h"
 #include "dtrain/safetensors.h"
 #include "testhelp.h"
 
@@ -432,6 +433,71 @@ static void test_corruption(void) {
     free(buf);
 }
 
+/* Writes text to path (a test's manifest). */
+static void write_text(const char *path, const char *text) {
+    FILE *fp = fopen(path, "w");
+    if (fp) {
+        fputs(text, fp);
+        fclose(fp);
+    }
+}
+
+/* dt_ckpt_model_cfg: the config through the manifest, and one clear line for a
+ * missing or damaged manifest or one that names no parameter file. */
+static void test_ckpt_model_cfg(void) {
+    char root[128], ck[256], man[320], rf[320];
+    snprintf(root, sizeof root, "%s/ck", g_dir);
+    dt_model_cfg mc, got;
+    dt_model_cfg_default(&mc, DT_MODEL_MLP);
+    mc.in_dim = 12;
+    mc.n_hidden = 1;
+    mc.hidden[0] = 5;
+    mc.n_classes = 3;
+    dt_model *m = NULL;
+    dt_optim *o = NULL;
+    dt_ckpt_writer *w = NULL;
+    dt_optim_cfg oc;
+    dt_optim_cfg_default(&oc, DT_OPTIM_ADAMW);
+    test_cond("ckpt: model", dt_model_create(&m, &mc) == DT_OK && dt_optim_create(&o, &oc, m->n) == DT_OK);
+    if (!m || !o) return;
+    size_t off = 0, len = m->n;
+    bool mask[16];
+    for (int i = 0; i < m->n_params && i < 16; i++) mask[i] = true;
+    dt_ckpt_shard shard = {.n = 1, .arena_off = &off, .len = &len, .state_off = &off};
+    dt_ckpt_state cs = {.step = 7, .world = 1, .zero = 0, .dp = 1, .pp = 1, .tp = 1, .batch = 4,
+                        .optim = DT_OPTIM_ADAMW, .config = "{}"};
+    test_cond("ckpt: save", dt_ckpt_writer_create(&w, root, 0, 1, NULL, 0, 0, 10) == DT_OK &&
+                                dt_ckpt_save_async(w, m, o, &shard, mask, &cs) == DT_OK && dt_ckpt_flush(w) == DT_OK);
+    dt_ckpt_writer_destroy(w);
+    snprintf(ck, sizeof ck, "%s/ckpt-0000000007", root);
+    snprintf(man, sizeof man, "%s/manifest.json", ck);
+    snprintf(rf, sizeof rf, "%s/rank-00000.safetensors", ck);
+    memset(&got, 0, sizeof got);
+    test_cond("ckpt: model cfg", dt_ckpt_model_cfg(ck, &got) == DT_OK && got.kind == DT_MODEL_MLP &&
+                                     got.in_dim == 12 && got.n_hidden == 1 && got.hidden[0] == 5 && got.n_classes == 3);
+    test_cond("ckpt: the checkpoint verifies", dt_ckpt_verify(ck, NULL) == DT_OK);
+    char none[300];
+    snprintf(none, sizeof none, "%s/ckpt-0000000008", root);
+    test_cond("ckpt: no checkpoint", dt_ckpt_model_cfg(none, &got) == DT_ERR_IO && one_line(dt_error_msg()));
+    write_text(man, "{\"format\": \"dtrain-ckpt-1\", \"files\": [");
+    test_cond("ckpt: damaged manifest", dt_ckpt_model_cfg(ck, &got) == DT_ERR_FORMAT && one_line(dt_error_msg()) &&
+                                            strstr(dt_error_msg(), "not valid JSON"));
+    write_text(man, "{\"format\": \"dtrain-ckpt-1\", \"files\": []}");
+    test_cond("ckpt: no parameter file", dt_ckpt_model_cfg(ck, &got) == DT_ERR_FORMAT &&
+                                             strstr(dt_error_msg(), "names no parameter file"));
+    write_text(man, "{\"format\": \"dtrain-ckpt-1\", \"files\": [{\"name\": \"../x\"}]}");
+    test_cond("ckpt: a path is no parameter file", dt_ckpt_model_cfg(ck, &got) == DT_ERR_FORMAT &&
+                                                       strstr(dt_error_msg(), "names no parameter file"));
+    unlink(man);
+    test_cond("ckpt: no manifest", dt_ckpt_model_cfg(ck, &got) == DT_ERR_FORMAT &&
+                                       strstr(dt_error_msg(), "no manifest.json"));
+    unlink(rf);
+    rmdir(ck);
+    rmdir(root);
+    dt_optim_destroy(o);
+    dt_model_destroy(m);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dt_st_test.XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -444,6 +510,7 @@ int main(void) {
     test_half_conversion();
     test_malformed();
     test_corruption();
+    test_ckpt_model_cfg();
     cleanup_dir();
     return test_report();
 }

@@ -101,6 +101,12 @@ dt_status dt_ckpt_read_extra(const char *path, const char *name, float *out, siz
 /* The sum of every extra tensor whose name starts with prefix (each n floats)
  * into out; *count gets how many there were. */
 dt_status dt_ckpt_sum_extra(const char *path, const char *prefix, float *out, size_t n, int *count);
+/* The model config of the checkpoint at ckpt_dir, read from the metadata of
+ * the parameters' file that its manifest.json lists (rank 0's); only that
+ * file is read, no checksum is verified (dt_ckpt_verify does that). Errors
+ * (DT_ERR_FORMAT, DT_ERR_IO) name the missing or damaged manifest, a manifest
+ * that names no parameter file, or a file that does not say its model. */
+dt_status dt_ckpt_model_cfg(const char *ckpt_dir, dt_model_cfg *out);
 /* Prints what a checkpoint holds and verifies every checksum (dtrain inspect). */
 dt_status dt_ckpt_inspect(const char *path, FILE *out);
 

@@ -126,155 +126,154 @@ static void idx_to_host(void *data, size_t count, size_t elem_size) {
 #endif
 }
 
-dt_status dt_idx_read(const char *path, dt_idx *out) {
-    DT_ASSERT(path && out);
-    memset(out, 0, sizeof *out);
-    dt_status st = DT_OK;
-    gzFile f = NULL;
-    void *data = NULL;
-    char dimstr[128];
-    size_t got = 0;
+/* What the header says, for the later checks and their messages. */
+typedef struct idx_head {
+    uint8_t type;
+    int ndim;
+    size_t elem, count, bytes;
+    size_t head_bytes;   /* 4 + 4 * ndim */
+    char dimstr[128];    /* "60000x28x28" */
+} idx_head;
 
+/* Opens path (plain or gzipped), refusing what is not a readable file. */
+static dt_status idx_open(const char *path, gzFile *f) {
     struct stat sb;
-    if (stat(path, &sb) != 0) {
-        st = dt_errorf(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto done;
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        st = dt_errorf(DT_ERR_IO, "%s: is a directory, expected an IDX file", path);
-        goto done;
-    }
+    if (stat(path, &sb) != 0) return dt_errorf(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) return dt_errorf(DT_ERR_IO, "%s: is a directory, expected an IDX file", path);
     errno = 0;
-    f = gzopen(path, "rb");
-    if (!f) {
-        st = errno ? dt_errorf(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno))
-                   : dt_errorf(DT_ERR_NOMEM, "%s: zlib out of memory", path);
-        goto done;
-    }
-    gzbuffer(f, 1 << 17);
+    *f = gzopen(path, "rb");
+    if (!*f)
+        return errno ? dt_errorf(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno))
+                     : dt_errorf(DT_ERR_NOMEM, "%s: zlib out of memory", path);
+    gzbuffer(*f, 1 << 17);
+    return DT_OK;
+}
 
+/* The first four bytes: magic zeros, element type, dimension count. */
+static dt_status idx_read_magic(gzFile f, const char *path, idx_head *h) {
     uint8_t head[4];
-    if (!idx_read(f, head, sizeof head, &got)) {
-        st = idx_gz_error(f, path, "header");
-        goto done;
-    }
-    if (got < sizeof head) {
-        st = dt_errorf(DT_ERR_FORMAT,
-                       "%s: truncated header: file has %zu bytes, an IDX header needs at least 4",
-                       path, got);
-        goto done;
-    }
-    if (head[0] != 0 || head[1] != 0) {
-        st = dt_errorf(DT_ERR_FORMAT,
-                       "%s: bad leading bytes %02x %02x (an IDX file starts with two zero "
-                       "bytes); not an IDX file",
-                       path, head[0], head[1]);
-        goto done;
-    }
-    size_t elem = idx_elem_size(head[2]);
-    if (elem == 0) {
-        st = dt_errorf(DT_ERR_FORMAT,
-                       "%s: unknown IDX type byte 0x%02x (known: 0x08 u8, 0x09 i8, 0x0B i16, "
-                       "0x0C i32, 0x0D f32, 0x0E f64)",
-                       path, head[2]);
-        goto done;
-    }
-    int ndim = head[3];
-    if (ndim < 1 || ndim > 8) {
-        st = dt_errorf(DT_ERR_FORMAT, "%s: bad dimension count %d in the header (IDX allows 1..8)",
-                       path, ndim);
-        goto done;
-    }
+    size_t got = 0;
+    if (!idx_read(f, head, sizeof head, &got)) return idx_gz_error(f, path, "header");
+    if (got < sizeof head)
+        return dt_errorf(DT_ERR_FORMAT,
+                         "%s: truncated header: file has %zu bytes, an IDX header needs at least 4",
+                         path, got);
+    if (head[0] != 0 || head[1] != 0)
+        return dt_errorf(DT_ERR_FORMAT,
+                         "%s: bad leading bytes %02x %02x (an IDX file starts with two zero "
+                         "bytes); not an IDX file",
+                         path, head[0], head[1]);
+    h->type = head[2];
+    h->elem = idx_elem_size(head[2]);
+    if (h->elem == 0)
+        return dt_errorf(DT_ERR_FORMAT,
+                         "%s: unknown IDX type byte 0x%02x (known: 0x08 u8, 0x09 i8, 0x0B i16, "
+                         "0x0C i32, 0x0D f32, 0x0E f64)",
+                         path, head[2]);
+    h->ndim = head[3];
+    if (h->ndim < 1 || h->ndim > 8)
+        return dt_errorf(DT_ERR_FORMAT, "%s: bad dimension count %d in the header (IDX allows 1..8)",
+                         path, h->ndim);
+    return DT_OK;
+}
 
+/* The big-endian dimensions into dims. */
+static dt_status idx_read_dims(gzFile f, const char *path, idx_head *h, uint32_t *dims) {
     uint8_t dbytes[32];
-    size_t dlen = (size_t)ndim * 4;
-    if (!idx_read(f, dbytes, dlen, &got)) {
-        st = idx_gz_error(f, path, "header");
-        goto done;
-    }
-    if (got < dlen) {
-        st = dt_errorf(DT_ERR_FORMAT,
-                       "%s: truncated header: %d dimensions need %zu header bytes but the file "
-                       "has %zu",
-                       path, ndim, 4 + dlen, 4 + got);
-        goto done;
-    }
-    for (int i = 0; i < ndim; i++) {
+    size_t dlen = (size_t)h->ndim * 4, got = 0;
+    h->head_bytes = 4 + dlen;
+    if (!idx_read(f, dbytes, dlen, &got)) return idx_gz_error(f, path, "header");
+    if (got < dlen)
+        return dt_errorf(DT_ERR_FORMAT,
+                         "%s: truncated header: %d dimensions need %zu header bytes but the file "
+                         "has %zu",
+                         path, h->ndim, 4 + dlen, 4 + got);
+    for (int i = 0; i < h->ndim; i++) {
         const uint8_t *b = dbytes + 4 * i;
-        out->dims[i] = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+        dims[i] = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
     }
-    idx_dims_str(out->dims, ndim, dimstr, sizeof dimstr);
+    idx_dims_str(dims, h->ndim, h->dimstr, sizeof h->dimstr);
+    return DT_OK;
+}
 
+/* Element count and payload bytes, refusing a forged header before anything
+ * is allocated for it. */
+static dt_status idx_size(const char *path, const uint32_t *dims, idx_head *h) {
     size_t count = 1, bytes = 0;
     bool overflow = false;
-    for (int i = 0; i < ndim; i++) {
-        if (out->dims[i] == 0) {
-            st = dt_errorf(DT_ERR_FORMAT, "%s: dimension %d is 0 in the header (dims %s)", path, i,
-                           dimstr);
-            goto done;
-        }
-        if (!overflow && !dt_size_mul(count, out->dims[i], &count)) overflow = true;
+    for (int i = 0; i < h->ndim; i++) {
+        if (dims[i] == 0)
+            return dt_errorf(DT_ERR_FORMAT, "%s: dimension %d is 0 in the header (dims %s)", path, i,
+                             h->dimstr);
+        if (!overflow && !dt_size_mul(count, dims[i], &count)) overflow = true;
     }
-    if (overflow || !dt_size_mul(count, elem, &bytes)) {
-        st = dt_errorf(DT_ERR_FORMAT,
-                       "%s: header dims %s (%s) overflow: the product does not fit in memory "
-                       "sizes; forged or corrupt header",
-                       path, dimstr, idx_type_name(head[2]));
-        goto done;
-    }
-    if (bytes > IDX_MAX_BYTES) {
-        st = dt_errorf(DT_ERR_FORMAT,
-                       "%s: header says %s %s (%zu bytes), over the 4 GiB limit; forged or "
-                       "corrupt header",
-                       path, dimstr, idx_type_name(head[2]), bytes);
-        goto done;
-    }
+    if (overflow || !dt_size_mul(count, h->elem, &bytes))
+        return dt_errorf(DT_ERR_FORMAT,
+                         "%s: header dims %s (%s) overflow: the product does not fit in memory "
+                         "sizes; forged or corrupt header",
+                         path, h->dimstr, idx_type_name(h->type));
+    if (bytes > IDX_MAX_BYTES)
+        return dt_errorf(DT_ERR_FORMAT,
+                         "%s: header says %s %s (%zu bytes), over the 4 GiB limit; forged or "
+                         "corrupt header",
+                         path, h->dimstr, idx_type_name(h->type), bytes);
+    h->count = count;
+    h->bytes = bytes;
+    return DT_OK;
+}
 
-    data = dt_malloc(bytes);
-    if (!data) {
-        st = dt_errorf(DT_ERR_NOMEM, "%s: cannot allocate %zu bytes for the payload", path, bytes);
-        goto done;
-    }
-    if (!idx_read(f, data, bytes, &got)) {
-        st = idx_gz_error(f, path, "payload");
-        goto done;
-    }
-    if (got < bytes) {
-        st = dt_errorf(DT_ERR_FORMAT,
-                       "%s: truncated: header says %s %s (%zu bytes) but only %zu payload bytes "
-                       "follow the %zu-byte header",
-                       path, dimstr, idx_type_name(head[2]), bytes, got, 4 + dlen);
-        goto done;
-    }
+/* The payload into *data (dt_free), all of it. */
+static dt_status idx_read_payload(gzFile f, const char *path, const idx_head *h, void **data) {
+    *data = dt_malloc(h->bytes);
+    if (!*data) return dt_errorf(DT_ERR_NOMEM, "%s: cannot allocate %zu bytes for the payload", path, h->bytes);
+    size_t got = 0;
+    if (!idx_read(f, *data, h->bytes, &got)) return idx_gz_error(f, path, "payload");
+    if (got < h->bytes)
+        return dt_errorf(DT_ERR_FORMAT,
+                         "%s: truncated: header says %s %s (%zu bytes) but only %zu payload bytes "
+                         "follow the %zu-byte header",
+                         path, h->dimstr, idx_type_name(h->type), h->bytes, got, h->head_bytes);
+    return DT_OK;
+}
 
-    /* Anything after the payload means the header and the data disagree. */
+/* Anything after the payload means the header and the data disagree. */
+static dt_status idx_check_end(gzFile f, const char *path, const idx_head *h) {
     uint8_t trail[4096];
-    size_t extra = 0;
+    size_t extra = 0, got = 0;
     for (;;) {
-        if (!idx_read(f, trail, sizeof trail, &got)) {
-            st = idx_gz_error(f, path, "end of the file");
-            goto done;
-        }
+        if (!idx_read(f, trail, sizeof trail, &got)) return idx_gz_error(f, path, "end of the file");
         extra += got;
         if (got < sizeof trail || extra >= IDX_TRAIL_COUNT_MAX) break;
     }
-    if (extra) {
-        st = dt_errorf(DT_ERR_FORMAT,
-                       "%s: %s%zu trailing bytes after the payload (header says %s %s, %zu "
-                       "bytes); header and data disagree",
-                       path, extra >= IDX_TRAIL_COUNT_MAX ? "at least " : "", extra, dimstr,
-                       idx_type_name(head[2]), bytes);
-        goto done;
-    }
+    if (extra)
+        return dt_errorf(DT_ERR_FORMAT,
+                         "%s: %s%zu trailing bytes after the payload (header says %s %s, %zu "
+                         "bytes); header and data disagree",
+                         path, extra >= IDX_TRAIL_COUNT_MAX ? "at least " : "", extra, h->dimstr,
+                         idx_type_name(h->type), h->bytes);
+    return DT_OK;
+}
 
-    idx_to_host(data, count, elem);
-    out->type = head[2];
-    out->ndim = ndim;
-    out->count = count;
-    out->elem_size = elem;
+dt_status dt_idx_read(const char *path, dt_idx *out) {
+    DT_ASSERT(path && out);
+    memset(out, 0, sizeof *out);
+    gzFile f = NULL;
+    void *data = NULL;
+    idx_head h = {0};
+    dt_status st = idx_open(path, &f);
+    if (!st) st = idx_read_magic(f, path, &h);
+    if (!st) st = idx_read_dims(f, path, &h, out->dims);
+    if (!st) st = idx_size(path, out->dims, &h);
+    if (!st) st = idx_read_payload(f, path, &h, &data);
+    if (!st) st = idx_check_end(f, path, &h);
+    if (st) goto done;
+    idx_to_host(data, h.count, h.elem);
+    out->type = h.type;
+    out->ndim = h.ndim;
+    out->count = h.count;
+    out->elem_size = h.elem;
     out->data = data;
     data = NULL;
-
 done:
     if (f) gzclose(f);
     dt_free(data);
