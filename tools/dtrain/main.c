@@ -544,12 +544,10 @@ static int cmd_export(int argc, char **argv) {
         else return usage_error("expects one checkpoint");
     }
     if (!ck || !out) return usage_error("usage: dtrain export CHECKPOINT_DIR --out model.safetensors");
-    char r0[4200];
-    snprintf(r0, sizeof r0, "%s/rank-00000.safetensors", ck);
     dt_model_cfg mc;
     dt_model *m = NULL;
     int rc = EXIT_RUN;
-    if (dt_ckpt_verify(ck, NULL) || dt_weights_read_cfg(r0, &mc) || dt_model_create(&m, &mc) ||
+    if (dt_ckpt_verify(ck, NULL) || dt_ckpt_model_cfg(ck, &mc) || dt_model_create(&m, &mc) ||
         dt_ckpt_load(ck, m, NULL, NULL, NULL) || dt_weights_save(m, out, 0, NULL)) {
         fprintf(stderr, "%s: %s\n", g_cmd, dt_error_msg());
     } else {
