@@ -202,12 +202,14 @@ static dt_status load_alloc(load_ctx *L) {
     return DT_OK;
 }
 
-static void alloc_state_cover(load_ctx *L) {
+static dt_status alloc_state_cover(load_ctx *L) {
     for (int k = 0; k < 2; k++) {
         if (!L->dst[k]) continue;
         memset(L->dst[k], 0, L->m->n * sizeof(float));
-        L->cover[k] = dt_calloc(L->m->n ? L->m->n : 1, 1);
+        if (!(L->cover[k] = dt_calloc(L->m->n ? L->m->n : 1, 1)))
+            return dt_errorf(DT_ERR_NOMEM, "out of memory loading %s", L->path);
     }
+    return DT_OK;
 }
 
 dt_status dt_ckpt_load(const char *path, dt_model *m, float *M, float *V, dt_ckpt_state *state) {
@@ -218,7 +220,7 @@ dt_status dt_ckpt_load(const char *path, dt_model *m, float *M, float *V, dt_ckp
     load_ctx L = {.path = path, .m = m, .cf = &cf, .s = &s, .dst = {M, V}};
     if ((st = load_alloc(&L))) goto out;
     if ((st = load_whole_params(&L))) goto out;
-    alloc_state_cover(&L);
+    if ((st = alloc_state_cover(&L))) goto out;
     if ((st = load_slices(&L))) goto out;
     if ((st = check_param_cover(&L))) goto out;
     if ((st = check_state_cover(&L))) goto out;
