@@ -1,6 +1,7 @@
 /* The communicator: MPI (world and sub-groups) or a single-rank "self" one that
  * never calls MPI; non-blocking point-to-point with a deadline on every wait;
- * the public collective dispatchers; names and the partition convention.
+ * names and the partition convention (the collective dispatchers are in their
+ * own files: allreduce.c, reduce_scatter.c, ...).
  *
  * Waiting: MPI progresses (for the shared-memory transport, copies data) only
  * inside MPI calls, so a wait polls MPI_Testall. To leave the core to the other
@@ -638,31 +639,4 @@ dt_status dt_sendrecv(dt_comm *c, const void *sbuf, size_t sbytes, int dst, void
         return st;
     }
     return dt_waitall(c, r, 2, what);
-}
-
-/* ---- public collective dispatchers ----------------------------------------------- */
-
-static dt_status check_coll(const dt_comm *c, const char *what, dt_algo algo) {
-    dt_status st = dt_comm_usable(c, what);
-    if (st) return st;
-    if ((unsigned)algo >= DT_ALGO_COUNT) return dt_errorf(DT_ERR_INVALID, "%s: bad algorithm %d", what, (int)algo);
-    return DT_OK;
-}
-
-/* AVG is SUM followed by one multiplication by 1/size (rounded once to float),
- * applied by the algorithms to the reduced values before they are spread, so
- * every rank receives the same bits. This is not sum/size (a division) and not
- * an average accumulated in floating point as x_0/p + x_1/p + ...: the three
- * differ in the last bit; multiplying by 1/size is exact only for powers of two. */
-dt_status dt_allreduce(dt_comm *c, float *buf, size_t count, dt_reduce_op op, dt_algo algo) {
-    dt_status st = check_coll(c, "allreduce", algo);
-    if (st || count == 0 || c->size == 1) return st;
-    if (algo == DT_ALGO_AUTO) algo = dt_auto_allreduce(c, count * sizeof(float));
-    switch (algo) {
-    case DT_ALGO_RING: return dt_allreduce_ring(c, buf, count, op);
-    case DT_ALGO_RHD: return dt_allreduce_rhd(c, buf, count, op);
-    case DT_ALGO_RD: return dt_allreduce_rd(c, buf, count, op);
-    case DT_ALGO_NATIVE: return dt_allreduce_native(c, buf, count, op);
-    default: return dt_errorf(DT_ERR_INVALID, "allreduce: bad algorithm %d", (int)algo);
-    }
 }
