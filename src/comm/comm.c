@@ -183,8 +183,8 @@ fn_exit:
     return st;
 }
 
-dt_status dt_comm_world(dt_comm **out) {
-    if (!launched_by_mpi()) return dt_comm_self(out);
+dt_status dt_comm_init(bool mpi, dt_comm **out) {
+    if (!mpi) return dt_comm_self(out);
     int init = 0, provided = MPI_THREAD_SINGLE;
     dt_status st = dt_mpi_check(NULL, MPI_Initialized(&init), "MPI_Initialized");
     if (st) return st;
@@ -208,6 +208,10 @@ dt_status dt_comm_world(dt_comm **out) {
     if (st) return st;
     return comm_wrap(mc, out);
 }
+
+/* Deprecated: reads the environment, which the library should not; kept until
+ * tools/dtrain/main.c calls dt_comm_init(dt_under_mpi_launcher(), ...). */
+dt_status dt_comm_world(dt_comm **out) { return dt_comm_init(launched_by_mpi(), out); }
 
 dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **out) {
     if (!parent) return dt_errorf(DT_ERR_INVALID, "dt_comm_split: parent is NULL");
@@ -250,20 +254,18 @@ void dt_comm_finalize(void) {
     if (init && !fin) MPI_Finalize();
 }
 
-_Noreturn void dt_comm_abort(dt_comm *c, int code) {
+void dt_comm_abort(dt_comm *c, int code) {
     fflush(stdout);
     fflush(stderr);
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     if (init) MPI_Finalized(&fin);
-    if (init && !fin) {
-        /* mpirun forwards our stderr through a pipe it reads in its own time;
-         * an abort that reaches it first loses the line that says why. */
-        struct timespec ts = {0, 200 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        MPI_Abort(c && c->is_mpi ? c->mc : MPI_COMM_WORLD, code);
-    }
-    _exit(code);
+    if (!init || fin) return;
+    /* mpirun forwards our stderr through a pipe it reads in its own time;
+     * an abort that reaches it first loses the line that says why. */
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    MPI_Abort(c && c->is_mpi ? c->mc : MPI_COMM_WORLD, code);
 }
 
 int dt_comm_rank(const dt_comm *c) { return c->rank; }
