@@ -25,113 +25,38 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from torch_models import CNN, GPT, MLP, mean_xent  # noqa: E402
 
 torch.set_num_threads(1)
 torch.set_num_interop_threads(1)
 
 
-# ---- models -------------------------------------------------------------------
+# ---- models (tools/torch_models.py) -------------------------------------------------
 
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 1024)
-        self.fc2 = nn.Linear(1024, 1024)
-        self.fc3 = nn.Linear(1024, 10)
-
-    def forward(self, x):
-        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
-
-
-class CNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
-        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
-        self.fc1 = nn.Linear(64 * 7 * 7, 1024)
-        self.fc2 = nn.Linear(1024, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc2(x)
-
-
-# nanoGPT (karpathy/nanoGPT model.py), dropout 0, biases on, no flash path
-# (torch 1.13 has no scaled_dot_product_attention): the explicit masked softmax.
-class CausalSelfAttention(nn.Module):
-    def __init__(self, C, H, T):
-        super().__init__()
-        self.c_attn = nn.Linear(C, 3 * C)
-        self.c_proj = nn.Linear(C, C)
-        self.n_head = H
-        self.register_buffer("bias", torch.tril(torch.ones(T, T)).view(1, 1, T, T))
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        hs = C // self.n_head
-        k = k.view(B, T, self.n_head, hs).transpose(1, 2)
-        q = q.view(B, T, self.n_head, hs).transpose(1, 2)
-        v = v.view(B, T, self.n_head, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
-
-
-class Block(nn.Module):
-    def __init__(self, C, H, T):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(C)
-        self.attn = CausalSelfAttention(C, H, T)
-        self.ln_2 = nn.LayerNorm(C)
-        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(approximate="tanh"), nn.Linear(4 * C, C))
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, L=4, H=4, C=256, T=128, V=256):
-        super().__init__()
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(V, C), wpe=nn.Embedding(T, C),
-            h=nn.ModuleList([Block(C, H, T) for _ in range(L)]), ln_f=nn.LayerNorm(C)))
-        self.lm_head = nn.Linear(C, V, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # tied, as nanoGPT
-        self.apply(self._init)
-        for n, p in self.named_parameters():
-            if n.endswith("c_proj.weight"):
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * L))
-
-    @staticmethod
-    def _init(mod):
+def nanogpt_init(model, n_layer):
+    """nanoGPT's initialisation: N(0, 0.02) for linear and embedding weights,
+    zero biases, and N(0, 0.02/sqrt(2L)) for the projections into the residual
+    stream (c_proj)."""
+    for mod in model.modules():
         if isinstance(mod, nn.Linear):
             nn.init.normal_(mod.weight, 0.0, 0.02)
             if mod.bias is not None:
                 nn.init.zeros_(mod.bias)
         elif isinstance(mod, nn.Embedding):
             nn.init.normal_(mod.weight, 0.0, 0.02)
-
-    def forward(self, idx):
-        T = idx.size(1)
-        pos = torch.arange(T, dtype=torch.long)
-        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
-        for blk in self.transformer.h:
-            x = blk(x)
-        return self.lm_head(self.transformer.ln_f(x))
+    for n, p in model.named_parameters():
+        if n.endswith("c_proj.weight"):
+            nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer))
+    return model
 
 
 # ---- workloads --------------------------------------------------------------------
 
 def make_w1():
     g = torch.Generator().manual_seed(42)
-    model = MLP()
+    model = MLP(784, (1024, 1024), 10)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.rand(128, 784, generator=g)
     y = torch.randint(0, 10, (128,), generator=g)
@@ -140,7 +65,7 @@ def make_w1():
 
 def make_w2():
     g = torch.Generator().manual_seed(42)
-    model = GPT()
+    model = nanogpt_init(GPT(), n_layer=4)
     # nanoGPT's configure_optimizers: decay only tensors with dim >= 2.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     nodecay = [p for p in model.parameters() if p.dim() < 2]
@@ -165,8 +90,7 @@ WORKLOADS = {"W1": make_w1, "W2": make_w2, "W3": make_w3}
 
 def step(model, opt, x, y):
     opt.zero_grad(set_to_none=True)
-    logits = model(x)
-    loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+    loss = mean_xent(model(x), y)
     loss.backward()
     opt.step()
     return loss

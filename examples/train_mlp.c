@@ -10,7 +10,9 @@
  * success, 1 when the run failed (the reason is printed). */
 #include <dtrain/dtrain.h>
 
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* What the hooks collect; the run hands it back to every hook as ctx. */
 typedef struct metrics {
@@ -53,7 +55,9 @@ int main(int argc, char **argv) {
 
     dt_comm *comm = NULL;
     dt_train_result res;
-    dt_status st = dt_comm_world(&comm);
+    /* One process, or every rank of an mpirun/srun job: the program decides. */
+    bool mpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+    dt_status st = dt_comm_init(mpi, &comm);
     if (st == DT_OK) st = dt_train_run(&cfg, comm, &res);
     int rank = comm ? dt_comm_rank(comm) : 0;
     dt_comm_destroy(comm);

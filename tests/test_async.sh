@@ -1,11 +1,6 @@
 #!/usr/bin/env bash
 # Local SGD, Byzantine-robust aggregation and dynamic load balancing.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 
 # local SGD with H = 1 and plain SGD is synchronous data parallelism
 S="--model mlp --hidden 64,32 --batch 32 --steps 20 --lr 0.05 --momentum 0 --log-every 1 --quiet"

@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # Convergence checks of local SGD and of Byzantine-robust aggregation (slow: not
 # run under the sanitizers).
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 
 # local SGD every 4 steps converges (one epoch of the default mlp)
 run lsgd4 -n 2 --model mlp --epochs 1 --quiet --strategy localsgd:4 && {

@@ -2,12 +2,7 @@
 # Fault tolerance end to end: checkpoints, resume (same layout: bitwise; other
 # layouts: within tolerance), the supervisor restarting after kill -9, injected
 # crash and hang, and damaged checkpoints detected and skipped.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 same_bits() { cmp -s "$1/model.safetensors" "$2/model.safetensors" && [ "$(losses "$1")" = "$(losses "$2")" ]; }
 # losses of B after step S within relative TOL of A's
 
@@ -21,15 +16,9 @@ run ref2 -n 2 --zero 1 $M
     --restart-backoff 0.2 --out "$tmp/kill" > "$tmp/kill.log" 2>&1 &
 sup=$!
 victim=""
-for i in $(seq 200); do
-  if [ -f "$tmp/ck_kill/ckpt-0000000004/manifest.json" ]; then
-    for p in $(pgrep -f "ck_kill"); do
-      grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p
-    done
-    [ -n "$victim" ] && break
-  fi
-  sleep 0.05
-done
+# rank 1, once the step-4 checkpoint is complete
+ready() { [ -f "$tmp/ck_kill/ckpt-0000000004/manifest.json" ] && victim=$(rank_pid ck_kill 1); }
+wait_until 10 ready
 if [ -n "$victim" ]; then kill -9 "$victim"; fi
 wait $sup; rc=$?
 if [ -z "$victim" ]; then fail "kill -9: never found rank 1 to kill"

@@ -1,16 +1,11 @@
 #!/usr/bin/env bash
 # A table of hand-made malformed checkpoints: each is refused by `dtrain inspect`
 # (and so by --resume) with one clear line, exit 1, never a crash.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-fails=0; passes=0
+source "$(dirname "$0")/lib.sh" "$@"
 "$dt" train -n 2 --zero 1 --model mlp --hidden 16 --batch 16 --steps 2 --optim adamw --quiet \
-    --ckpt-dir "$tmp/ck" > /dev/null 2>&1 || { echo "FAIL: base run"; exit 1; }
+    --ckpt-dir "$tmp/ck" > "$tmp/base.log" 2>&1 || { fail "base run:"; indent < "$tmp/base.log"; exit 1; }
 good="$tmp/ck/ckpt-0000000002"
-"$dt" inspect "$good" > /dev/null || { echo "FAIL: the good checkpoint does not verify"; exit 1; }
+err=$("$dt" inspect "$good" 2>&1 >/dev/null) || { fail "the good checkpoint does not verify:"; indent <<<"$err"; exit 1; }
 
 # case NAME PATTERN EDIT...: copy the good checkpoint, apply EDIT in it, expect PATTERN
 case_() {
@@ -20,9 +15,9 @@ case_() {
   local err rc
   err=$("$dt" inspect "$d" 2>&1 >/dev/null); rc=$?
   if [ $rc -eq 1 ] && grep -qiE -- "$pat" <<<"$err" && [ "$(grep -c . <<<"$err")" -eq 1 ]; then
-    echo "ok   $name: $err"; passes=$((passes+1))
+    ok "$name: $err"
   else
-    echo "FAIL $name (rc=$rc, want /$pat/): $err"; fails=$((fails+1))
+    fail "$name (rc=$rc, want one line matching /$pat/):"; indent <<<"$err"
   fi
 }
 man=manifest.json
@@ -44,5 +39,4 @@ case_ flipped_header   "rank-00000.safetensors"      "printf '\\x7b' | dd of=ran
 case_ header_len       "rank-00001.safetensors"      "printf '\\xff\\xff\\xff\\xff' | dd of=rank-00001.safetensors bs=1 seek=0 conv=notrunc 2>/dev/null"
 case_ zero_file        "bytes but the manifest says" ": > rank-00001.safetensors"
 case_ dir_as_file      "rank-00001.safetensors"      "rm rank-00001.safetensors && mkdir rank-00001.safetensors"
-echo "$passes passed, $fails failed"
-[ $fails -eq 0 ]
+finish

@@ -2,90 +2,84 @@
 # Bad input of every kind gets one clear line and a non-zero exit (1: the run
 # failed, 2: usage), never a crash; good input works end to end.
 # Usage: test_cli.sh BUILD_DIR
-set -u
-dt="$1/dtrain"
+source "$(dirname "$0")/lib.sh" "$@"
 fm=/usr/share/datasets/fashion-mnist
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0; passes=0
 
-# expect CODE PATTERN -- command...: exit code CODE and stderr matching PATTERN
-expect() {
+# expect_rc CODE PATTERN -- command...: exit code CODE and stderr matching
+# PATTERN; a failure (CODE != 0) says so in at most 3 lines. A failing check
+# prints the whole stderr it judged.
+expect_rc() {
   local code=$1 pat=$2; shift 3
-  local err rc
+  local err rc lines
   err=$("$@" 2>&1 >/dev/null); rc=$?
+  lines=$(grep -c . <<<"$err")
   if [ "$rc" -ne "$code" ] || ! grep -qiE -- "$pat" <<<"$err"; then
-    echo "FAIL (rc=$rc, want $code; want /$pat/): $*"; echo "  stderr: $err" | head -5
-    fails=$((fails+1))
+    fail "(rc=$rc, want $code; want /$pat/): $*"; indent <<<"$err"
+  elif [ "$code" -ne 0 ] && [ "$lines" -gt 3 ]; then
+    fail "(more than a clear line: $lines lines): $*"; indent <<<"$err"
   else
-    local lines; lines=$(grep -c . <<<"$err")
-    if [ "$code" -ne 0 ] && [ "$lines" -gt 3 ]; then
-      echo "FAIL (more than a clear line: $lines lines): $*"; fails=$((fails+1))
-    else
-      echo "ok   rc=$rc $(head -1 <<<"$err" | cut -c1-150)"; passes=$((passes+1))
-    fi
+    ok "rc=$rc $(head -1 <<<"$err" | cut -c1-150)"
   fi
 }
 
 # usage errors
-expect 2 "unknown command" -- "$dt" frobnicate
-expect 2 "unknown flag '--bogus'" -- "$dt" train --bogus
-expect 2 "unknown model 'resnet'" -- "$dt" train --model resnet
-expect 2 "--batch 0 is out of range" -- "$dt" train --batch 0
-expect 2 "--lr expects a number" -- "$dt" train --lr fast
-expect 2 "--lr -1 is out of range" -- "$dt" train --lr -1
-expect 2 "--epochs expects an integer" -- "$dt" train --epochs 1.5
-expect 2 "--steps needs a value" -- "$dt" train --steps
-expect 2 "--momentum 1.5 is out of range" -- "$dt" train --momentum 1.5
-expect 2 "--hidden expects" -- "$dt" train --hidden 10,x
-expect 2 "--optim must be sgd or adamw" -- "$dt" train --optim rmsprop
-expect 2 "nesterov" -- "$dt" train --nesterov --momentum 0
-expect 2 "divisible" -- "$dt" train --model gpt --n-embd 30 --n-head 4
-expect 2 "--weights FILE is required" -- "$dt" eval --model mlp
-expect 2 "unknown flag" -- "$dt" eval --weights x --lr 1
+expect_rc 2 "unknown command" -- "$dt" frobnicate
+expect_rc 2 "unknown flag '--bogus'" -- "$dt" train --bogus
+expect_rc 2 "unknown model 'resnet'" -- "$dt" train --model resnet
+expect_rc 2 "--batch 0 is out of range" -- "$dt" train --batch 0
+expect_rc 2 "--lr expects a number" -- "$dt" train --lr fast
+expect_rc 2 "--lr -1 is out of range" -- "$dt" train --lr -1
+expect_rc 2 "--epochs expects an integer" -- "$dt" train --epochs 1.5
+expect_rc 2 "--steps needs a value" -- "$dt" train --steps
+expect_rc 2 "--momentum 1.5 is out of range" -- "$dt" train --momentum 1.5
+expect_rc 2 "--hidden expects" -- "$dt" train --hidden 10,x
+expect_rc 2 "--optim must be sgd or adamw" -- "$dt" train --optim rmsprop
+expect_rc 2 "nesterov" -- "$dt" train --nesterov --momentum 0
+expect_rc 2 "divisible" -- "$dt" train --model gpt --n-embd 30 --n-head 4
+expect_rc 2 "--weights FILE is required" -- "$dt" eval --model mlp
+expect_rc 2 "unknown flag" -- "$dt" eval --weights x --lr 1
 # every command answers --help on stdout with exit 0
 for c in train eval diff inspect export "bench allreduce"; do
   # shellcheck disable=SC2086
   if out=$("$dt" $c --help 2>/dev/null) && grep -q "^usage: dtrain $c" <<<"$out"; then
-    echo "ok   dtrain $c --help"; passes=$((passes+1))
-  else echo "FAIL dtrain $c --help: $(head -1 <<<"$out")"; fails=$((fails+1)); fi
+    ok "dtrain $c --help"
+  else fail "dtrain $c --help:"; head -3 <<<"$out" | indent; fi
 done
 
 # data errors
-expect 1 "nosuch" -- "$dt" train --data "$tmp/nosuch" --steps 1
+expect_rc 1 "nosuch" -- "$dt" train --data "$tmp/nosuch" --steps 1
 mkdir -p "$tmp/empty"
-expect 1 "train-images-idx3-ubyte" -- "$dt" train --data "$tmp/empty" --steps 1
+expect_rc 1 "train-images-idx3-ubyte" -- "$dt" train --data "$tmp/empty" --steps 1
 if [ -d "$fm" ]; then
   mkdir -p "$tmp/trunc" "$tmp/magic"
   cp "$fm"/*.gz "$tmp/trunc/"; cp "$fm"/*.gz "$tmp/magic/"
   gzip -dc "$fm/train-images-idx3-ubyte.gz" | head -c 100000 > "$tmp/trunc/train-images-idx3-ubyte"
   rm "$tmp/trunc/train-images-idx3-ubyte.gz"
-  expect 1 "truncat" -- "$dt" train --data "$tmp/trunc" --steps 1
+  expect_rc 1 "truncat" -- "$dt" train --data "$tmp/trunc" --steps 1
   printf '\x01\x02\x08\x03\x00\x00\x00\x01' > "$tmp/magic/t10k-labels-idx1-ubyte"
   rm "$tmp/magic/t10k-labels-idx1-ubyte.gz"
-  expect 1 "t10k-labels" -- "$dt" train --data "$tmp/magic" --steps 1
+  expect_rc 1 "t10k-labels" -- "$dt" train --data "$tmp/magic" --steps 1
   head -c 5000 "$fm/t10k-images-idx3-ubyte.gz" > "$tmp/magic/t10k-images-idx3-ubyte.gz"
-  expect 1 "t10k-images" -- "$dt" train --data "$tmp/magic" --steps 1
+  expect_rc 1 "t10k-images" -- "$dt" train --data "$tmp/magic" --steps 1
 
   # weights errors: make a small valid file first
-  expect 0 "" -- "$dt" train --hidden 32 --steps 3 --quiet --out "$tmp/w32"
-  expect 0 "" -- "$dt" eval --weights "$tmp/w32/model.safetensors"
-  expect 1 "holds a mlp model, not a cnn" -- "$dt" eval --model cnn --weights "$tmp/w32/model.safetensors"
-  expect 1 "fc1.weight' has shape \[32,784\]" -- "$dt" train --hidden 64 --steps 1 --init "$tmp/w32/model.safetensors"
-  expect 1 "has shape|missing|not part of" -- "$dt" train --hidden 32,32 --steps 1 --init "$tmp/w32/model.safetensors"
+  expect_rc 0 "" -- "$dt" train --hidden 32 --steps 3 --quiet --out "$tmp/w32"
+  expect_rc 0 "" -- "$dt" eval --weights "$tmp/w32/model.safetensors"
+  expect_rc 1 "holds a mlp model, not a cnn" -- "$dt" eval --model cnn --weights "$tmp/w32/model.safetensors"
+  expect_rc 1 "fc1.weight' has shape \[32,784\]" -- "$dt" train --hidden 64 --steps 1 --init "$tmp/w32/model.safetensors"
+  expect_rc 1 "has shape|missing|not part of" -- "$dt" train --hidden 32,32 --steps 1 --init "$tmp/w32/model.safetensors"
   head -c 300 "$tmp/w32/model.safetensors" > "$tmp/cut.safetensors"
-  expect 1 "cut.safetensors" -- "$dt" eval --weights "$tmp/cut.safetensors"
+  expect_rc 1 "cut.safetensors" -- "$dt" eval --weights "$tmp/cut.safetensors"
   head -c 4096 /dev/urandom > "$tmp/noise.safetensors"
-  expect 1 "noise.safetensors" -- "$dt" eval --weights "$tmp/noise.safetensors" --model mlp
-  expect 1 "nosuch.safetensors" -- "$dt" eval --weights "$tmp/nosuch.safetensors"
+  expect_rc 1 "noise.safetensors" -- "$dt" eval --weights "$tmp/noise.safetensors" --model mlp
+  expect_rc 1 "nosuch.safetensors" -- "$dt" eval --weights "$tmp/nosuch.safetensors"
   : > "$tmp/file"
-  expect 1 "not a directory|cannot create" -- "$dt" train --hidden 8 --steps 1 --out "$tmp/file/sub"
+  expect_rc 1 "not a directory|cannot create" -- "$dt" train --hidden 8 --steps 1 --out "$tmp/file/sub"
 fi
 # corpus errors
 printf 'tiny' > "$tmp/tiny.txt"
-expect 1 "tiny.txt" -- "$dt" train --model gpt --data "$tmp/tiny.txt" --steps 1
+expect_rc 1 "tiny.txt" -- "$dt" train --model gpt --data "$tmp/tiny.txt" --steps 1
 # MPI that cannot start (no transport between the ranks): one line, not silence
-OMPI_MCA_btl=self expect 1 "MPI could not start the 2 ranks" -- "$dt" train -n 2 --hidden 8 --steps 1 --quiet
+OMPI_MCA_btl=self expect_rc 1 "MPI could not start the 2 ranks" -- "$dt" train -n 2 --hidden 8 --steps 1 --quiet
 
-echo "$passes passed, $fails failed"
-[ "$fails" -eq 0 ]
+finish

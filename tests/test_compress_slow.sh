@@ -5,12 +5,7 @@
 # (the bench measures the 1-point bar at full length), and scaled sign without
 # error feedback ends visibly below scaled sign with it under plain SGD, which
 # is why error feedback exists.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 
 C="--model mlp --steps 300 --quiet --eval-every 0"
 BAR=3.5 # points below uncompressed, at 300 steps

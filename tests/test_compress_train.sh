@@ -5,12 +5,7 @@
 # in the checkpoint, with ZeRO-0/1/2 and with the parameter server; a resume on
 # another rank count shares the residuals out; bad flags are refused.
 # (Convergence bars: tests/test_compress_slow.sh.)
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 field() { grep -o "\"$2\":[0-9.e+-]*" "$1/metrics.jsonl" | tail -1 | cut -d: -f2; }
 
 # ---- refusals ------------------------------------------------------------------

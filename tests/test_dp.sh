@@ -3,12 +3,8 @@
 # and steps give the losses and final weights of -n 1 (losses within relative
 # 1e-5), for the mlp and the gpt, with ZeRO 0, 1 and 2; two runs of one layout
 # are bitwise identical; a stalled rank makes the others time out naming it.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 export OMPI_MCA_btl=self,vader,tcp
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 
 MLP="--model mlp --hidden 64,32 --batch 32 --steps 12 --lr 0.05 --log-every 1 --eval-every 0 --quiet"
 GPT="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch 8 --steps 8 --lr 3e-3 --warmup 2 --log-every 1 --eval-max 16 --quiet"
@@ -22,12 +18,7 @@ for model in mlp gpt; do
   run ${model}_n1 $args
   for n in 2 4; do
     for z in 0 1 2; do
-      name=${model}_n${n}_z${z}
-      if run $name -n $n --zero $z --bucket-mb 0.02 $args; then
-        if msg=$(compare_losses "$tmp/${model}_n1" "$tmp/$name"); then ok "$name losses: $msg"; else fail "$name losses: $msg"; fi
-        if msg=$("$dt" diff "$tmp/${model}_n1/model.safetensors" "$tmp/$name/model.safetensors" --rtol 1e-3 --atol 1e-5); then
-          ok "$name weights: $msg"; else fail "$name weights: $msg"; fi
-      else fail "$name did not run"; fi
+      same_run ${model}_n1 1e-5 ${model}_n${n}_z${z} -n $n --zero $z --bucket-mb 0.02 $args
     done
   done
 done

@@ -2,12 +2,7 @@
 # Elastic restarts: with --hostfile and no -n the supervisor reads the hostfile
 # again before each restart, so a job that lost a machine resumes on the slots
 # listed now; --min-nproc refuses to run on fewer.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 M="--model mlp --hidden 64,32 --batch 48 --steps 12 --optim adamw --lr 3e-3 --log-every 1 --quiet"
 hf="$tmp/hosts"
 echo "localhost slots=4" > "$hf"
@@ -15,7 +10,7 @@ echo "localhost slots=4" > "$hf"
 "$dt" train $M --hostfile "$hf" --zero 1 --ckpt-dir "$tmp/ck" --ckpt-every 4 --max-restarts 2 --restart-backoff 0.3 \
    --inject slow:rank=0:factor=40 --inject crash:rank=3:step=7 --out "$tmp/el" > "$tmp/el.log" 2>&1 &
 job=$!
-for i in $(seq 300); do [ -f "$tmp/ck/ckpt-0000000004/manifest.json" ] && break; sleep 0.05; done
+wait_until 15 test -f "$tmp/ck/ckpt-0000000004/manifest.json"
 echo "localhost slots=2   # one machine lost" > "$hf"
 wait $job; rc=$?
 ranks=$(grep -o '"ranks":[0-9]*' "$tmp/el/metrics.jsonl" | sed 's/.*://' | uniq | tr '\n' ' ')

@@ -6,12 +6,8 @@
 # faster, every byte crosses the qdisc, and no namespace outlives the script:
 # when the wrapped command succeeds, fails (its status passed through) or is
 # interrupted.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/lib.sh" "$@"
 chmod 755 "$tmp"
-source "$(dirname "$0")/lib.sh"
 # A copy that an unprivileged user can read whatever the checkout's permissions.
 bed="$tmp/netbed.sh"
 cp ../scripts/netbed.sh "$bed" && chmod 755 "$bed"
@@ -118,8 +114,9 @@ else fail "unshaped rc=$rc busbw '$free'"; cat "$tmp/un.out"; fi
 # signal's status, nothing left running in the namespace, the namespace gone.
 interrupt() { local sig=$1 want=$2; shift 2
   "$@" "$bed" --rate 40mbit -- "$dt" bench allreduce -n 2 --algo ring --min-bytes 4M --max-bytes 4M > /dev/null 2> "$tmp/$sig.log" &
-  local pid=$! ns=dtrain-bed-$! pids
-  for _ in $(seq 100); do pids=$(ip netns pids "$ns" 2>/dev/null | wc -l); [ "$pids" -ge 3 ] && break; sleep 0.1; done
+  local pid=$! ns=dtrain-bed-$! pids=0
+  ns_busy() { pids=$(ip netns pids "$ns" 2>/dev/null | wc -l); [ "$pids" -ge 3 ]; }
+  wait_until 10 ns_busy
   kill -"$sig" $pid; wait $pid; local rc=$?
   if [ $rc -eq "$want" ] && [ "$pids" -ge 3 ] && gone "$ns"; then ok "SIG$sig with mpirun and 2 ranks running: rc $rc, $ns deleted"
   else fail "SIG$sig: rc=$rc (want $want), $pids processes seen, ns $ns: $(ip netns list | tr '\n' ' ')"; cat "$tmp/$sig.log"; fi; }

@@ -4,12 +4,7 @@
 # recompute); bubble fraction against (P-1)/(M+P-1) with stages of known fixed
 # cost; activation memory of 1F1B vs GPipe; checkpoints across layouts; the auto
 # partition against the best split.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 pfield() { grep '"pipeline"' "$1/metrics.jsonl" | sed "s/.*\"$2\":\[\([^]]*\)\].*/\1/"; }
 
 MLP="--model mlp --hidden 64,48,32 --batch 32 --steps 20 --lr 0.05 --log-every 1 --quiet"
@@ -21,12 +16,7 @@ for model in mlp gpt; do
   for layout in "-n 2 --pp 2 --schedule gpipe --micro-batches 4" "-n 2 --pp 2 --schedule 1f1b --micro-batches 4" \
                 "-n 4 --pp 4 --micro-batches 8" "-n 4 --pp 2 --micro-batches 2" "-n 4 --pp 2 --micro-batches 4 --zero 1" \
                 "-n 2 --pp 2 --micro-batches 4 --recompute"; do
-    name=${model}_$(echo "$layout" | tr -d ' -')
-    if run $name $layout $args; then
-      if msg=$(close_after "$tmp/${model}_1" "$tmp/$name" 0 1e-4) && "$dt" diff "$tmp/${model}_1/model.safetensors" "$tmp/$name/model.safetensors" --rtol 1e-3 --atol 1e-5 > /dev/null; then
-        ok "$model $layout: $msg, final weights within rtol 1e-3"
-      else fail "$model $layout: $msg"; fi
-    else fail "$model $layout did not run"; fi
+    same_run ${model}_1 1e-4 ${model}_$(echo "$layout" | tr -d ' -') $layout $args
   done
 done
 

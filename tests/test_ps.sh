@@ -4,12 +4,7 @@
 # K under SSP:K with a slow worker; ASP finishes with a worker 5x slower;
 # robust aggregation on the
 # server; refusals.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 stale() { grep '"staleness"' "$1/metrics.jsonl" | grep -o '"max":[0-9]*' | cut -d: -f2; }
 
 S="--model mlp --hidden 64,32 --batch 32 --steps 20 --lr 0.05 --log-every 1 --quiet"
@@ -48,13 +43,9 @@ timeout 300 "$dt" train -n 3 --strategy ps --consistency bsp $C --ckpt-dir "$tmp
     --restart-backoff 0.2 --inject slow:rank=0:factor=40 --out "$tmp/pkill" > "$tmp/pkill.log" 2>&1 &
 job=$!
 victim=""
-for i in $(seq 400); do
-  if [ -f "$tmp/psk/ckpt-0000000005/manifest.json" ]; then
-    for p in $(pgrep -f "psk"); do grep -qz '^OMPI_COMM_WORLD_RANK=2$' /proc/$p/environ 2>/dev/null && victim=$p; done
-    [ -n "$victim" ] && break
-  fi
-  sleep 0.05
-done
+# the server (rank 2), once its step-5 checkpoint is complete
+ready() { [ -f "$tmp/psk/ckpt-0000000005/manifest.json" ] && victim=$(rank_pid psk 2); }
+wait_until 20 ready
 [ -n "$victim" ] && kill -9 "$victim"
 wait $job; rc=$?
 if [ -n "$victim" ] && [ $rc -eq 0 ] && cmp -s "$tmp/pref/model.safetensors" "$tmp/pkill/model.safetensors"; then

@@ -5,12 +5,7 @@
 # step, a sane final evaluation, no process left); a real kill -9 of a worker
 # held by SSP; losing worker 0 (the one that writes the outputs) fails the job
 # without hanging.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 
 M="--model mlp --hidden 64 --batch 64 --lr 0.05 --log-every 20 --timeout 4 --quiet"
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -52,13 +47,7 @@ timeout 60 "$dt" train -n 4 --strategy ps --servers 1 --consistency ssp:2 $M --s
 job=$!
 t0=$(date +%s.%N)
 victim=""
-for i in $(seq 300); do
-  if grep -q '"step":40,' "$tmp/kill/metrics.jsonl" 2>/dev/null; then
-    for p in $(pgrep -f "$tmp/kill"); do grep -qz '^OMPI_COMM_WORLD_RANK=2$' /proc/$p/environ 2>/dev/null && victim=$p; done
-    break
-  fi
-  sleep 0.05
-done
+wait_until 15 grep -q '"step":40,' "$tmp/kill/metrics.jsonl" 2>/dev/null && victim=$(rank_pid "$tmp/kill" 2)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $job; rc=$?
 secs=$(since "$t0")

@@ -2,12 +2,7 @@
 # Convergence of the asynchronous modes on Fashion-MNIST (mlp): ASP and SSP:2
 # parameter servers and Hogwild! threads each reach 84% test accuracy; BSP
 # aggregates robustly on the server.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 stale() { grep '"staleness"' "$1/metrics.jsonl" | grep -o '"max":[0-9]*' | cut -d: -f2; }
 
 # convergence: one epoch of the default mlp

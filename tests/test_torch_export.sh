@@ -2,17 +2,13 @@
 # PyTorch (where Debian's python3-torch is installed) loads a weights file
 # exported from a dtrain checkpoint with load_state_dict(strict=True) and
 # reproduces dtrain's own evaluation. Skipped when torch is not installed.
-set -u
-dt="$1/dtrain"
 py=/usr/bin/python3
 if ! $py -c "import torch" 2>/dev/null; then echo "skipped: python3-torch is not installed"; exit 0; fi
 [ -d /usr/share/datasets/fashion-mnist ] || { echo "skipped: no Fashion-MNIST"; exit 0; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-"$dt" train -n 2 --zero 1 --model mlp --hidden 128 --steps 60 --quiet --ckpt-dir "$tmp/ck" > /dev/null || exit 1
-"$dt" export "$tmp/ck/ckpt-0000000060" --out "$tmp/m.safetensors" > /dev/null || exit 1
-ours=$("$dt" eval --weights "$tmp/m.safetensors" | grep -o 'test accuracy [0-9.]*%')
-theirs=$(OMP_NUM_THREADS=1 $py "$(dirname "$0")/../tools/torch_eval.py" "$tmp/m.safetensors")
-echo "dtrain: $ours; PyTorch: $theirs"
-[ "$ours" = "$theirs" ]
+source "$(dirname "$0")/lib.sh" "$@"
+run m -n 2 --zero 1 --model mlp --hidden 128 --steps 60 --quiet --ckpt-dir "$tmp/ck" || exit 1
+"$dt" export "$tmp/ck/ckpt-0000000060" --out "$tmp/m.safetensors" > "$tmp/export.log" 2>&1 || { fail "export:"; indent < "$tmp/export.log"; exit 1; }
+ours=$("$dt" eval --weights "$tmp/m.safetensors" 2>&1 | grep -o 'test accuracy [0-9.]*%')
+theirs=$(OMP_NUM_THREADS=1 $py "$(dirname "$0")/../tools/torch_eval.py" "$tmp/m.safetensors" 2>&1)
+[ "$ours" = "$theirs" ] && ok "dtrain: $ours; PyTorch: $theirs" || { fail "dtrain: $ours; PyTorch:"; indent <<<"$theirs"; }
+finish

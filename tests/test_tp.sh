@@ -3,12 +3,7 @@
 # (losses within relative 1e-4 for 20 steps, final weights within rtol 1e-3) for
 # tp=2, dp=2 x tp=2, tp=2 x pp=2, with ZeRO-1 and with clipping; checkpoints
 # written at tp=2 x pp=2 resume at dp=4 and on 1 rank; clear refusals.
-set -u
-dt="$1/dtrain"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_MCA_btl=self,vader,tcp OPENBLAS_NUM_THREADS=1
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/lib.sh" "$@"
 
 MLP="--model mlp --hidden 64,48,32 --batch 32 --steps 20 --lr 0.05 --log-every 1 --quiet"
 GPT="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch 8 --steps 20 --lr 3e-3 --warmup 2 --log-every 1 --eval-max 16 --quiet"
@@ -18,13 +13,8 @@ for model in mlp gpt; do
   run ${model}_1 $args
   run ${model}_1c $args --clip 0.3
   for layout in "-n 2 --tp 2" "-n 4 --tp 2" "-n 4 --tp 2 --pp 2 --micro-batches 2" "-n 4 --tp 2 --zero 1" "-n 2 --tp 2 --clip 0.3"; do
-    name=${model}_$(echo "$layout" | tr -d ' -.')
     ref=${model}_1; case "$layout" in *clip*) ref=${model}_1c;; esac
-    if run $name $layout $args; then
-      if msg=$(close_after "$tmp/$ref" "$tmp/$name" 0 1e-4) && "$dt" diff "$tmp/$ref/model.safetensors" "$tmp/$name/model.safetensors" --rtol 1e-3 --atol 1e-5 > /dev/null; then
-        ok "$model $layout: $msg, final weights within rtol 1e-3"
-      else fail "$model $layout: $msg"; fi
-    else fail "$model $layout did not run"; fi
+    same_run $ref 1e-4 ${model}_$(echo "$layout" | tr -d ' -.') $layout $args
   done
 done
 

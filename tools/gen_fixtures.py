@@ -27,11 +27,11 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fixturelib  # noqa: E402
+from torch_models import CNN, GPT, MLP, causal_attention, mean_xent  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 
@@ -118,21 +118,6 @@ def gen_embedding():
                        "dtable": f32(T.grad)}, {"N": N, "V": V, "C": C})
 
 
-def causal_attention(qkv, B, T, C, NH):
-    """nanoGPT's CausalSelfAttention between c_attn and c_proj; returns (y, att)."""
-    HS = C // NH
-    q, k, v = qkv.split(C, dim=2)
-    q = q.view(B, T, NH, HS).transpose(1, 2)
-    k = k.view(B, T, NH, HS).transpose(1, 2)
-    v = v.view(B, T, NH, HS).transpose(1, 2)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    att = att.masked_fill(~mask, float("-inf"))
-    att = F.softmax(att, dim=-1)
-    y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-    return y, att
-
-
 def gen_attention():
     B, T, C, NH = 2, 5, 12, 3
     qkv = rand32(B, T, 3 * C)
@@ -189,97 +174,8 @@ def gen_maxpool():
 
 
 # ---------------------------------------------------------------------------
-# models (module definitions as the C builders describe them)
+# models (tools/torch_models.py: the modules as the C builders describe them)
 # ---------------------------------------------------------------------------
-
-class MLP(nn.Module):
-    def __init__(self, in_dim, hidden, n_classes):
-        super().__init__()
-        dims = [in_dim] + list(hidden) + [n_classes]
-        self.n = len(dims) - 1
-        for i in range(self.n):
-            setattr(self, f"fc{i + 1}", nn.Linear(dims[i], dims[i + 1]))
-
-    def forward(self, x):
-        for i in range(self.n):
-            x = getattr(self, f"fc{i + 1}")(x)
-            if i < self.n - 1:
-                x = F.relu(x)
-        return x
-
-
-class CNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
-        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
-        self.fc1 = nn.Linear(64 * 7 * 7, 1024)
-        self.fc2 = nn.Linear(1024, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 2)
-        x = F.relu(self.fc1(x.flatten(1)))
-        return self.fc2(x)
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, n_embd, n_head):
-        super().__init__()
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
-        self.c_proj = nn.Linear(n_embd, n_embd)
-        self.n_head, self.n_embd = n_head, n_embd
-
-    def forward(self, x):
-        B, T, C = x.shape
-        y, _ = causal_attention(self.c_attn(x), B, T, C, self.n_head)
-        return self.c_proj(y)
-
-
-class GPTMLP(nn.Module):
-    def __init__(self, n_embd):
-        super().__init__()
-        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
-        self.c_proj = nn.Linear(4 * n_embd, n_embd)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-
-
-class Block(nn.Module):
-    def __init__(self, n_embd, n_head):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(n_embd, eps=1e-5)
-        self.attn = CausalSelfAttention(n_embd, n_head)
-        self.ln_2 = nn.LayerNorm(n_embd, eps=1e-5)
-        self.mlp = GPTMLP(n_embd)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, n_layer, n_head, n_embd, block_size, vocab_size):
-        super().__init__()
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(vocab_size, n_embd),
-            wpe=nn.Embedding(block_size, n_embd),
-            h=nn.ModuleList([Block(n_embd, n_head) for _ in range(n_layer)]),
-            ln_f=nn.LayerNorm(n_embd, eps=1e-5),
-        ))
-        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as nanoGPT
-
-    def forward(self, idx, targets):
-        B, T = idx.shape
-        pos = torch.arange(T)
-        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
-        for block in self.transformer.h:
-            x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-
 
 def model_fixture(name, model, make_loss, batch, meta, skip=()):
     """Weights as float32 under state_dict names; loss and grads in float64.
@@ -376,7 +272,7 @@ def gen_gpt():
     seq = torch.randint(0, 24, (B, T + 1))
     seq[1, 3] = 200
     idx, tgt = seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
-    t, _ = model_fixture("gpt", model, lambda m: m(idx, tgt),
+    t, _ = model_fixture("gpt", model, lambda m: mean_xent(m(idx), tgt),
                          {"tokens": i32(idx), "targets": i32(tgt)}, {})
     save("gpt", t, {"n_layer": L, "n_head": NH, "n_embd": C, "block_size": T,
                     "vocab_size": V, "B": B})

@@ -11,11 +11,10 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fixturelib  # noqa: E402
+from torch_models import CNN, MLP  # noqa: E402
 
 
 def read_idx(path):
@@ -35,36 +34,6 @@ def find(d, name):
     raise FileNotFoundError(name)
 
 
-class MLP(nn.Module):
-    def __init__(self, sizes):
-        super().__init__()
-        for i in range(len(sizes) - 1):
-            setattr(self, f"fc{i + 1}", nn.Linear(sizes[i], sizes[i + 1]))
-        self.n = len(sizes) - 1
-
-    def forward(self, x):
-        x = x.flatten(1)
-        for i in range(self.n):
-            x = getattr(self, f"fc{i + 1}")(x)
-            if i < self.n - 1:
-                x = F.relu(x)
-        return x
-
-
-class CNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
-        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
-        self.fc1 = nn.Linear(3136, 1024)
-        self.fc2 = nn.Linear(1024, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
-
-
 def main():
     path = sys.argv[1]
     data = sys.argv[2] if len(sys.argv) > 2 else "/usr/share/datasets/fashion-mnist"
@@ -72,7 +41,7 @@ def main():
     kind = meta.get("dtrain_model")
     if kind == "mlp":
         hidden = [int(h) for h in meta["hidden"].split(",") if h]
-        model = MLP([int(meta["in_dim"])] + hidden + [int(meta["n_classes"])])
+        model = MLP(int(meta["in_dim"]), hidden, int(meta["n_classes"]))
     elif kind == "cnn":
         model = CNN()
     else:

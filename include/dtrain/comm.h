@@ -40,18 +40,23 @@ size_t dt_chunk_off(size_t count, int size, int r);
 size_t dt_chunk_len(size_t count, int size, int r);
 
 /* ---- lifetime ---------------------------------------------------------------
- * dt_comm_world: when the process was started by mpirun/srun (detected from the
- * environment: OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK, SLURM with PMI), calls
- * MPI_Init_thread and returns MPI_COMM_WORLD; otherwise returns a self
- * communicator and never touches MPI, so one-process runs need no launcher. */
-dt_status dt_comm_world(dt_comm **out);
+ * dt_comm_init: mpi true (the program was started by mpirun/srun; the program
+ * decides, e.g. from its environment): calls MPI_Init_thread (unless MPI is
+ * initialised already) and returns a private copy of MPI_COMM_WORLD. mpi false:
+ * returns a self communicator and never touches MPI, so a one-process run
+ * needs no launcher and nothing of MPI's start-up (name resolution, daemons,
+ * its messages) can delay it or print. The caller owns *out (dt_comm_destroy). */
+dt_status dt_comm_init(bool mpi, dt_comm **out);
 dt_status dt_comm_self(dt_comm **out);
 /* MPI_Comm_split semantics: ranks with the same color form a group, ordered by key. */
 dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **out);
 void dt_comm_destroy(dt_comm *c);      /* NULL ok; the world comm last */
 void dt_comm_finalize(void);           /* MPI_Finalize if MPI was initialised */
-/* Ends every rank of the job after a fatal error (MPI_Abort; exit otherwise). */
-DT_NORETURN void dt_comm_abort(dt_comm *c, int code);
+/* After a fatal error, ends every rank of the job through MPI_Abort when MPI is
+ * running. Returns when it is not (a one-process run) or if MPI_Abort returns:
+ * the caller then ends its process itself, without dt_comm_finalize (the other
+ * ranks may never reach MPI_Finalize). The library never exits. */
+void dt_comm_abort(dt_comm *c, int code);
 
 int dt_comm_rank(const dt_comm *c);
 int dt_comm_size(const dt_comm *c);

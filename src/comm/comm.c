@@ -1,6 +1,7 @@
 /* The communicator: MPI (world and sub-groups) or a single-rank "self" one that
  * never calls MPI; non-blocking point-to-point with a deadline on every wait;
- * the public collective dispatchers; names and the partition convention.
+ * names and the partition convention (the collective dispatchers are in their
+ * own files: allreduce.c, reduce_scatter.c, ...).
  *
  * Waiting: MPI progresses (for the shared-memory transport, copies data) only
  * inside MPI calls, so a wait polls MPI_Testall. To leave the core to the other
@@ -121,22 +122,6 @@ dt_status dt_comm_self(dt_comm **out) {
     return DT_OK;
 }
 
-static bool env_set(const char *name) {
-    const char *v = getenv(name);
-    return v && *v;
-}
-
-/* Started by a launcher? Open MPI's mpirun, MPICH/Hydra (PMI_*), PMIx
- * launchers, or srun (SLURM_STEP_ID exists only inside a job step, so a plain
- * sbatch script that runs dtrain without srun stays single-process). */
-static bool launched_by_mpi(void) {
-    if (env_set("OMPI_COMM_WORLD_SIZE")) return true;
-    if (env_set("PMI_SIZE") && env_set("PMI_RANK")) return true;
-    if (env_set("PMIX_RANK")) return true;
-    if (env_set("SLURM_NTASKS") && env_set("SLURM_PROCID") && env_set("SLURM_STEP_ID")) return true;
-    return false;
-}
-
 static const char *thread_level_name(int t) {
     switch (t) {
     case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
@@ -183,8 +168,8 @@ fn_exit:
     return st;
 }
 
-dt_status dt_comm_world(dt_comm **out) {
-    if (!launched_by_mpi()) return dt_comm_self(out);
+dt_status dt_comm_init(bool mpi, dt_comm **out) {
+    if (!mpi) return dt_comm_self(out);
     int init = 0, provided = MPI_THREAD_SINGLE;
     dt_status st = dt_mpi_check(NULL, MPI_Initialized(&init), "MPI_Initialized");
     if (st) return st;
@@ -208,6 +193,9 @@ dt_status dt_comm_world(dt_comm **out) {
     if (st) return st;
     return comm_wrap(mc, out);
 }
+
+/* Deprecated: reads the environment, which the library should not; kept until
+ * tools/dtrain/main.c calls dt_comm_init(dt_under_mpi_launcher(), ...). */
 
 dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **out) {
     if (!parent) return dt_errorf(DT_ERR_INVALID, "dt_comm_split: parent is NULL");
@@ -250,20 +238,18 @@ void dt_comm_finalize(void) {
     if (init && !fin) MPI_Finalize();
 }
 
-_Noreturn void dt_comm_abort(dt_comm *c, int code) {
+void dt_comm_abort(dt_comm *c, int code) {
     fflush(stdout);
     fflush(stderr);
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     if (init) MPI_Finalized(&fin);
-    if (init && !fin) {
-        /* mpirun forwards our stderr through a pipe it reads in its own time;
-         * an abort that reaches it first loses the line that says why. */
-        struct timespec ts = {0, 200 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        MPI_Abort(c && c->is_mpi ? c->mc : MPI_COMM_WORLD, code);
-    }
-    _exit(code);
+    if (!init || fin) return;
+    /* mpirun forwards our stderr through a pipe it reads in its own time;
+     * an abort that reaches it first loses the line that says why. */
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    MPI_Abort(c && c->is_mpi ? c->mc : MPI_COMM_WORLD, code);
 }
 
 int dt_comm_rank(const dt_comm *c) { return c->rank; }
@@ -639,31 +625,4 @@ dt_status dt_sendrecv(dt_comm *c, const void *sbuf, size_t sbytes, int dst, void
         return st;
     }
     return dt_waitall(c, r, 2, what);
-}
-
-/* ---- public collective dispatchers ----------------------------------------------- */
-
-static dt_status check_coll(const dt_comm *c, const char *what, dt_algo algo) {
-    dt_status st = dt_comm_usable(c, what);
-    if (st) return st;
-    if ((unsigned)algo >= DT_ALGO_COUNT) return dt_errorf(DT_ERR_INVALID, "%s: bad algorithm %d", what, (int)algo);
-    return DT_OK;
-}
-
-/* AVG is SUM followed by one multiplication by 1/size (rounded once to float),
- * applied by the algorithms to the reduced values before they are spread, so
- * every rank receives the same bits. This is not sum/size (a division) and not
- * an average accumulated in floating point as x_0/p + x_1/p + ...: the three
- * differ in the last bit; multiplying by 1/size is exact only for powers of two. */
-dt_status dt_allreduce(dt_comm *c, float *buf, size_t count, dt_reduce_op op, dt_algo algo) {
-    dt_status st = check_coll(c, "allreduce", algo);
-    if (st || count == 0 || c->size == 1) return st;
-    if (algo == DT_ALGO_AUTO) algo = dt_auto_allreduce(c, count * sizeof(float));
-    switch (algo) {
-    case DT_ALGO_RING: return dt_allreduce_ring(c, buf, count, op);
-    case DT_ALGO_RHD: return dt_allreduce_rhd(c, buf, count, op);
-    case DT_ALGO_RD: return dt_allreduce_rd(c, buf, count, op);
-    case DT_ALGO_NATIVE: return dt_allreduce_native(c, buf, count, op);
-    default: return dt_errorf(DT_ERR_INVALID, "allreduce: bad algorithm %d", (int)algo);
-    }
 }

@@ -3,7 +3,6 @@
 
 #include "compress_internal.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,15 +44,6 @@ void dt_comp_name(const dt_comp_cfg *c, char *buf, size_t n) {
     if (c->kind == DT_COMP_TOPK) snprintf(buf, n, "topk:%g%s", (double)c->ratio, c->fp16_values ? ":fp16" : "");
     else if (c->kind == DT_COMP_POWERSGD) snprintf(buf, n, "powersgd:%d", c->rank);
     else snprintf(buf, n, "%s", c->kind < DT_COMP_COUNT ? names[c->kind] : "?");
-}
-
-size_t dt_comp_topk_k(const dt_comp_cfg *c, size_t n) {
-    if (n == 0) return 0;
-    /* ratio is a float (0.1f is 0.100000001): shave the representation error off
-     * before rounding up, so topk:0.1 of 1000 keeps 100, not 101. */
-    double v = (double)c->ratio * (double)n;
-    size_t k = (size_t)ceil(v - 1e-6 * (v > 1 ? v : 1));
-    return k < 1 ? 1 : (k > n ? n : k);
 }
 
 size_t dt_comp_max_bytes(const dt_comp_cfg *c, size_t n) {

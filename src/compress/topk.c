@@ -8,6 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* k for n values: ceil(ratio * n), at least 1 (n > 0), at most n. */
+size_t dt_comp_topk_k(const dt_comp_cfg *c, size_t n) {
+    if (n == 0) return 0;
+    /* ratio is a float (0.1f is 0.100000001): shave the representation error off
+     * before rounding up, so topk:0.1 of 1000 keeps 100, not 101. */
+    double v = (double)c->ratio * (double)n;
+    size_t k = (size_t)ceil(v - 1e-6 * (v > 1 ? v : 1));
+    return k < 1 ? 1 : (k > n ? n : k);
+}
+
 static float kth_largest(float *a, size_t n, size_t k) {
     /* Hoare-style quickselect for the k-th largest (1-based) of a[0..n). */
     size_t lo = 0, hi = n - 1, want = k - 1;

@@ -1,4 +1,5 @@
-/* Private: helpers the model builders (mlp.c, cnn.c, gpt.c) share. */
+/* Private: helpers the model builders (mlp.c, cnn.c, gpt.c) share (model.c)
+ * and the builders build.c dispatches to. */
 #ifndef DT_MODEL_BLOCKS_H
 #define DT_MODEL_BLOCKS_H
 

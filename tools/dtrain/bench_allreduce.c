@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *bench_help =
     "usage: dtrain bench allreduce [-n N] [--algo ring|rhd|rd|native|auto|all] [--min-bytes 4K]\n"
@@ -244,14 +245,17 @@ int dt_cli_bench_allreduce(int argc, char **argv) {
         return 0;
     }
     dt_comm *c = NULL;
-    if (dt_comm_world(&c)) {
+    if (dt_comm_init(dt_under_mpi_launcher(), &c)) {
         fprintf(stderr, "dtrain bench allreduce: %s\n", dt_error_msg());
         return 1;
     }
     if (dt_comm_rank(c) == 0) dt_launch_report_up();
     dt_comm_set_timeout(c, 120);
     rc = run(c, &o);
-    if (rc) dt_comm_abort(c, rc); /* a failed rank would leave the others waiting */
+    if (rc && dt_comm_size(c) > 1) {
+        dt_comm_abort(c, rc); /* a failed rank would leave the others waiting */
+        _exit(rc);            /* MPI_Abort returned: no MPI_Finalize, the others may never reach it */
+    }
     dt_comm_destroy(c);
     dt_comm_finalize();
     return rc;

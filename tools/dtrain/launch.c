@@ -33,9 +33,19 @@
 #define DONE_ENV "DTRAIN_DONE_FILE"
 #define UP_ENV "DTRAIN_UP_FILE"
 
+static bool env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+/* Open MPI's mpirun, MPICH/Hydra (PMI_*), PMIx launchers, or srun
+ * (SLURM_STEP_ID exists only inside a job step, so a plain sbatch script that
+ * runs dtrain without srun stays single-process). */
 bool dt_under_mpi_launcher(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
-           (getenv("SLURM_PROCID") && getenv("SLURM_NTASKS") && getenv("PMI_FD"));
+    if (env_set("OMPI_COMM_WORLD_SIZE")) return true;
+    if (env_set("PMI_SIZE") && env_set("PMI_RANK")) return true;
+    if (env_set("PMIX_RANK")) return true;
+    return env_set("SLURM_NTASKS") && env_set("SLURM_PROCID") && env_set("SLURM_STEP_ID");
 }
 
 static const char *flag_value(int argc, char **argv, const char *a, const char *b) {

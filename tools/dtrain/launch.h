@@ -4,6 +4,8 @@
 
 #include <stdbool.h>
 
+/* Started by mpirun/srun (read from the environment)? The one answer to "is this
+ * an MPI job": what dt_comm_init is told, and whether dt_launch starts mpirun. */
 bool dt_under_mpi_launcher(void);
 /* Reads -n/--nproc from args (default 1). Returns 0, or 2 after printing a usage error. */
 int dt_launch_nproc(int argc, char **argv, int *n);

@@ -377,8 +377,9 @@ static int end_job(dt_comm *world, dt_status st, const dt_train_result *r, doubl
     if (end.report) fprintf(stderr, "%s: %s\n", g_cmd, end.msg);
     int code = end.status == DT_OK ? 0 : end.status == DT_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_RUN;
     fflush(NULL);
+    /* An aborted job never finalizes: the others may never reach MPI_Finalize. */
     if (end.action == DT_END_ABORT) dt_comm_abort(world, code);
-    if (end.action == DT_END_EXIT) _exit(code);
+    if (end.action != DT_END_FINALIZE) _exit(code);
     dt_comm_destroy(world);
     dt_comm_finalize();
     return code;
@@ -412,8 +413,11 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
         openblas_set_num_threads(c.threads);
     }
 
+    /* MPI only for a job that a launcher started: a one-process run (no -n, not
+     * under mpirun/srun) never initialises MPI, so nothing of its start-up can
+     * delay or print on a run that fails on its input. */
     dt_comm *world = NULL;
-    if (dt_comm_world(&world)) return run_error();
+    if (dt_comm_init(dt_under_mpi_launcher(), &world)) return run_error();
     if (dt_comm_rank(world) == 0) dt_launch_report_up();
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
     if (c.nproc && size != c.nproc) {
