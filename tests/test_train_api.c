@@ -3,6 +3,7 @@
  * owners' parts (sampler, worker momentum) that resumes bitwise, and the part
  * interface on its own. */
 #include "dtrain/ckpt.h"
+#include "dtrain/data.h"
 #include "dtrain/train.h"
 #include "testhelp.h"
 
