@@ -11,6 +11,7 @@
  *
  * The loop is branch-free over restrict pointers; with -fno-math-errno the
  * compiler vectorises the sqrt. */
+#include "muladd.h"
 #include "optim_internal.h"
 
 static void adamw_kernel(float *restrict w, const float *restrict g, float *restrict m,

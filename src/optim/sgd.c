@@ -11,6 +11,7 @@
  * alpha-adds fused, see dt_muladd), so the results agree to the last bit. The
  * mode switches are compile-time constants of an always-inlined kernel: every
  * instantiated loop is branch-free and vectorisable. */
+#include "muladd.h"
 #include "optim_internal.h"
 
 enum { SGD_PLAIN, SGD_FIRST, SGD_MOMENTUM };
