@@ -514,13 +514,13 @@ static const char S_DATA[] = "data and length", S_OPT[] = "optimizer", S_MODEL[]
                   S_FT[] = "fault tolerance";
 
 static const dt_flag train_flags[] = {
-    STR("data", data, TR | EV, S_DATA, "PATH", "mlp/cnn: folder with the four Fashion-MNIST IDX files (.gz or not);\n"
+    STR("data", data, TR | EV, S_DATA, "PATH", "mlp/cnn: folder with the four Fashion-MNIST IDX files (.gz or not); "
         "gpt: a text file or folder", "/usr/share/datasets/fashion-mnist; gpt /usr/share/games/fortunes"),
     INT("epochs", DT_FLAG_I64, epochs, 1, 100000, TR, S_DATA, "E", "passes over the training set"),
     INT("steps", DT_FLAG_I64, steps, 0, INT64_MAX / 2, TR, S_DATA, "N", "optimizer steps (overrides --epochs; 0: from --epochs)"),
     INT("batch", DT_FLAG_INT, batch, 1, 1 << 20, TR, S_DATA, "B", "global batch: images, or sequences for the gpt"),
     NUM("val-frac", DT_FLAG_DOUBLE, val_frac, 1e-6, 0.999, TR | EV, S_DATA, "F", "gpt: held-out tail of the corpus"),
-    CH("optim", optim, optim.kind, TR, S_OPT, "sgd|adamw", "the optimizer; switching it resets lr, momentum,\n"
+    CH("optim", optim, optim.kind, TR, S_OPT, "sgd|adamw", "the optimizer; switching it resets lr, momentum, "
        "weight decay and betas to its defaults"),
     NUM("lr", DT_FLAG_FLOAT, lr, 1e-12, 100, TR, S_OPT, "LR", "peak learning rate"),
     NUM("min-lr", DT_FLAG_FLOAT, min_lr, 0, 100, TR, S_OPT, "LR", "end of the cosine decay"),
@@ -557,7 +557,7 @@ static const dt_flag train_flags[] = {
     CH("compress", compress, dp.comp.comp, TR, S_PAR, "none|fp16|bf16|int8|topk:RATIO[:fp16]|sign|powersgd:RANK",
        "gradient compression of the data-parallel collectives and parameter-server pushes"),
     CH("error-feedback", error_feedback, dp.comp.error_feedback, TR, S_PAR, "on|off",
-       "keep what compression left out for the next step\n(auto: on for int8, topk, sign, powersgd; off for fp16, bf16)"),
+       "keep what compression left out for the next step (auto: on for int8, topk, sign, powersgd; off for fp16, bf16)"),
     INT("compress-warmup", DT_FLAG_I64, dp.comp.warmup, 0, INT64_MAX / 2, TR, S_PAR, "N", "first N steps uncompressed"),
     INT("accum", DT_FLAG_INT, accum, 1, 1 << 20, TR, S_PAR, "K", "micro-batches per step, no sync in between"),
     INT("tp", DT_FLAG_INT, tp, 1, 256, TR, S_PAR, "T", "tensor (Megatron) parallel group size: mlp and gpt"),
@@ -569,31 +569,31 @@ static const dt_flag train_flags[] = {
     SW("recompute", pipe.recompute, false, S_PAR, "keep only block inputs, recompute activations in backward"),
     NUM("pp-stage-cost-us", DT_FLAG_DOUBLE, pipe.stage_cost_us, 0, 1e7, TR, S_PAR, "U",
         "testing: each stage also sleeps U us per micro-batch forward, 2U backward"),
-    NUM("timeout", DT_FLAG_DOUBLE, timeout, 0.01, 1e6, TR, S_PAR, "SEC", "deadline of every communication wait; under\n"
+    NUM("timeout", DT_FLAG_DOUBLE, timeout, 0.01, 1e6, TR, S_PAR, "SEC", "deadline of every communication wait; under "
         "--strategy ps with asp or ssp:K also how long a worker may be silent before it is dropped"),
     {.name = "inject", .type = DT_FLAG_CHOICE, .off = OFF(inject), .attr = TR | DT_FLAG_MULTI, .parse = inject_parse,
      .format = inject_format_all, .section = S_PAR, .arg = "SPEC",
-     .help = "fault injection: crash:rank=R:step=S, hang:rank=R:step=S,\nslow:rank=R:factor=F, "
-             "byzantine:rank=R:mode=signflip|random|scale:X|\nalie[:Z] (a little is enough: mean - Z std of the "
-             "honest gradients,\nZ by default the paper's for the worker count; on the parameter\nserver with "
-             "--consistency bsp); crash, hang and slow fire in the\nfirst attempt only, byzantine in every attempt"},
-    CH("strategy", strategy, strategy, TR, S_CONS, "sync|localsgd:H|hogwild|ps", "local SGD: independent steps,\n"
-       "parameters averaged every H; hogwild: --threads T threads share one model, no locks;\nps: parameter server "
+     .help = "fault injection: crash:rank=R:step=S, hang:rank=R:step=S, slow:rank=R:factor=F, "
+             "byzantine:rank=R:mode=signflip|random|scale:X|alie[:Z] (a little is enough: mean - Z std of the "
+             "honest gradients, Z by default the paper's for the worker count; on the parameter server with "
+             "--consistency bsp); crash, hang and slow fire in the first attempt only, byzantine in every attempt"},
+    CH("strategy", strategy, strategy, TR, S_CONS, "sync|localsgd:H|hogwild|ps", "local SGD: independent steps, "
+       "parameters averaged every H; hogwild: --threads T threads share one model, no locks; ps: parameter server "
        "(--servers, --consistency)"),
-    INT("servers", DT_FLAG_INT, ps.servers, 1, 1024, TR, S_CONS, "S", "parameter server: the last S ranks hold key\n"
+    INT("servers", DT_FLAG_INT, ps.servers, 1, 1024, TR, S_CONS, "S", "parameter server: the last S ranks hold key "
         "ranges and the optimizer; workers push and pull"),
-    CH("consistency", consistency, ps.mode, TR, S_CONS, "bsp|asp|ssp:K", "parameter server; asp and ssp:K go on\n"
+    CH("consistency", consistency, ps.mode, TR, S_CONS, "bsp|asp|ssp:K", "parameter server; asp and ssp:K go on "
        "without a worker that dies (worker 0 excepted)"),
-    CH("aggregate", aggregate, agg, TR, S_CONS, "mean|median|trimmed:B|krum:F[:M]|cclip[:TAU]", "gather every\n"
-       "worker's gradient and aggregate robustly (median: f < n/2; trimmed: f <= B, n > 2B;\nkrum: n >= 2F+3; cclip: "
-       "centred clipping around the last aggregate,\nradius TAU or the median distance, f < n/2, data parallelism only)"),
-    CH("pre-aggregate", pre_aggregate, agg.nnm, TR, S_CONS, "none|nnm[:F]", "with a robust --aggregate: first\n"
-       "replace every worker's vector by the mean of its n-F nearest (nearest-neighbour mixing; F:\nthe bad workers "
+    CH("aggregate", aggregate, agg, TR, S_CONS, "mean|median|trimmed:B|krum:F[:M]|cclip[:TAU]", "gather every "
+       "worker's gradient and aggregate robustly (median: f < n/2; trimmed: f <= B, n > 2B; krum: n >= 2F+3; cclip: "
+       "centred clipping around the last aggregate, radius TAU or the median distance, f < n/2, data parallelism only)"),
+    CH("pre-aggregate", pre_aggregate, agg.nnm, TR, S_CONS, "none|nnm[:F]", "with a robust --aggregate: first "
+       "replace every worker's vector by the mean of its n-F nearest (nearest-neighbour mixing; F: the bad workers "
        "planned for, by default what the rule tolerates)"),
-    CH("worker-momentum", worker_momentum, worker_momentum, TR, S_CONS, "auto|on|off", "with --aggregate and SGD\n"
-       "momentum: every worker keeps its own momentum and sends that, the aggregate is applied as\nplain SGD "
+    CH("worker-momentum", worker_momentum, worker_momentum, TR, S_CONS, "auto|on|off", "with --aggregate and SGD "
+       "momentum: every worker keeps its own momentum and sends that, the aggregate is applied as plain SGD "
        "(auto: on for median, trimmed, krum and cclip)"),
-    CH("balance", balance, balance_dynamic, TR, S_CONS, "static|dynamic", "dynamic: split each global batch by\n"
+    CH("balance", balance, balance_dynamic, TR, S_CONS, "static|dynamic", "dynamic: split each global batch by "
        "measured worker speed"),
     {.name = "ckpt-dir", .type = DT_FLAG_STRING, .off = OFF(ckpt_dir), .attr = TR | DT_FLAG_NOSAVE, .section = S_FT,
      .arg = "DIR", .help = "write checkpoints under DIR"},

@@ -16,7 +16,10 @@
 #include <unistd.h>
 
 void fl_format_real(double v, bool as_float, char *buf, size_t n) {
-    for (int p = 1; p <= 17; p++) {
+    /* At least the integer digits, so 60 is "60", not "6e+01". */
+    int p = 1;
+    for (double a = fabs(v); a >= 10 && p < 17; a /= 10) p++;
+    for (; p <= 17; p++) {
         snprintf(buf, n, "%.*g", p, v);
         double r = strtod(buf, NULL);
         if (as_float ? (float)r == (float)v : r == v) return;
