@@ -98,7 +98,8 @@ void dt_config_src_free(dt_config_src *s); /* NULL and a zeroed src ok */
 
 /* The whole command line of `cmd` into tabs[0].base (a dt_train_cfg) and the
  * other tables: the defaults of the model kind and optimizer named on the
- * command line, else in --config FILE, else `kind`; then the file's flags,
+ * command line, else in --config FILE, else `kind`; then the file's flags (of
+ * tabs[0] only: a file describes the run, not how to start it),
  * then the command line's (which win whatever their position; an --inject on
  * the command line replaces the file's). src receives the file (free it with
  * dt_config_src_free after the run). *model_given: --model was named. */

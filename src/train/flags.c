@@ -280,7 +280,8 @@ dt_status dt_train_cfg_parse(const dt_flag_table *tabs, int ntabs, unsigned cmd,
     if (!st) st = apply_decider(tabs, ntabs, cmd, "model", argc, argv, src, model_given);
     if (!st) dt_train_cfg_default(cfg, cfg->model.kind);
     if (!st && (cmd & DT_FLAG_TRAIN)) st = apply_decider(tabs, ntabs, cmd, "optim", argc, argv, src, &optim_given);
-    if (!st) st = dt_flags_apply(tabs, ntabs, cmd, src->argc, src->argv, src->path);
+    /* A file describes the run: the library's flags only, not how to start it (-n, --threads). */
+    if (!st) st = dt_flags_apply(tabs, 1, cmd, src->argc, src->argv, src->path);
     inject_given = find_last(argc, argv, "inject", &at, &n);
     if (!st && inject_given) cfg->n_inject = 0; /* the command line's replace the file's */
     if (!st) st = dt_flags_apply(tabs, ntabs, cmd, argc, argv, NULL);

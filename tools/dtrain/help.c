@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define HELP_COL 23   /* where the help text starts */
@@ -21,22 +22,39 @@ static void variants(dt_train_cfg v[N_VARIANTS]) {
     dt_train_cfg_set_optim(&v[3], DT_OPTIM_ADAMW);
 }
 
-/* "[mlp's; other variant value; ...]" into buf, or "" when there is nothing to show. */
-static void default_text(const dt_flag *f, bool train_table, const dt_train_cfg v[N_VARIANTS], char *buf, size_t n) {
+/* Whether a default spelled `v` is a value the flag takes (0 for -n is "not
+ * given", not a default worth showing). */
+static bool shown(const dt_flag *f, const char *v) {
+    if (f->type == DT_FLAG_SWITCH || (f->attr & DT_FLAG_MULTI) || !v[0]) return false;
+    if (f->type == DT_FLAG_INT || f->type == DT_FLAG_I64 || f->type == DT_FLAG_U64) {
+        long long x = strtoll(v, NULL, 10);
+        return x >= f->ilo && x <= f->ihi;
+    }
+    if (f->type == DT_FLAG_FLOAT || f->type == DT_FLAG_DOUBLE) {
+        double x = strtod(v, NULL);
+        return x >= f->lo && x <= f->hi;
+    }
+    return true;
+}
+
+/* " [default; gpt its value; ...]" into buf, or "": the library's table reads
+ * the variants v (one value per model kind / optimizer where they differ), the
+ * program's its default struct `base`. */
+static void default_text(const dt_flag *f, const void *base, const dt_train_cfg v[N_VARIANTS], char *buf, size_t n) {
+    char first[256], other[256];
     buf[0] = '\0';
     if (f->default_text) {
         snprintf(buf, n, " [%s]", f->default_text);
         return;
     }
-    if (!train_table || f->type == DT_FLAG_SWITCH || (f->attr & DT_FLAG_MULTI)) return;
-    if (f->type == DT_FLAG_STRING && !*(const char *const *)((const char *)&v[0] + f->off)) return;
-    char first[256], other[256];
-    dt_flag_format(f, &v[0], first, sizeof first);
+    dt_flag_format(f, v ? (const void *)&v[0] : base, first, sizeof first);
+    if (!shown(f, first)) return;
     size_t k = (size_t)snprintf(buf, n, " [%s", first);
-    for (int i = 1; i < N_VARIANTS && k < n; i++) {
+    for (int i = 1; v && i < N_VARIANTS && k < n; i++) {
         dt_flag_format(f, &v[i], other, sizeof other);
         /* not "[mlp; gpt gpt]" for --model itself */
-        if (strcmp(other, first) != 0 && strcmp(other, variant_names[i]) != 0) k += (size_t)snprintf(buf + k, n - k, "; %s %s", variant_names[i], other);
+        if (strcmp(other, first) != 0 && strcmp(other, variant_names[i]) != 0)
+            k += (size_t)snprintf(buf + k, n - k, "; %s %s", variant_names[i], other);
     }
     if (k < n) snprintf(buf + k, n - k, "]");
 }
@@ -61,7 +79,7 @@ static void print_wrapped(FILE *out, const char *text) {
     fputc('\n', out);
 }
 
-static void print_flag(FILE *out, const dt_flag *f, bool train_table, const dt_train_cfg v[N_VARIANTS]) {
+static void print_flag(FILE *out, const dt_flag *f, const void *base, const dt_train_cfg v[N_VARIANTS]) {
     char left[256], text[1536], dflt[512];
     int w = f->alias ? snprintf(left, sizeof left, "  %s/--%s", f->alias, f->name)
                      : snprintf(left, sizeof left, "  --%s", f->name);
@@ -69,7 +87,7 @@ static void print_flag(FILE *out, const dt_flag *f, bool train_table, const dt_t
     fputs(left, out);
     if (w + 2 > HELP_COL) fprintf(out, "\n%*s", HELP_COL, "");
     else fprintf(out, "%*s", HELP_COL - w, "");
-    default_text(f, train_table, v, dflt, sizeof dflt);
+    default_text(f, base, v, dflt, sizeof dflt);
     snprintf(text, sizeof text, "%s%s", f->help, dflt);
     print_wrapped(out, text);
 }
@@ -94,7 +112,7 @@ void dt_cli_print_help(FILE *out, const dt_flag_table *tabs, int ntabs, unsigned
             for (int a = 0; a < ntabs; a++)
                 for (int b = 0; b < tabs[a].n; b++) {
                     const dt_flag *f = &tabs[a].flags[b];
-                    if ((f->attr & cmd) && strcmp(f->section, section) == 0) print_flag(out, f, a == 0, v);
+                    if ((f->attr & cmd) && strcmp(f->section, section) == 0) print_flag(out, f, tabs[a].base, a == 0 ? v : NULL);
                 }
         }
 }

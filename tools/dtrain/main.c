@@ -61,6 +61,11 @@ typedef struct cli {
     bool progress_off;
 } cli;
 
+/* The program's defaults (the library's are dt_train_cfg_default's). */
+static cli cli_default(void) {
+    return (cli){.backoff = 1.0f};
+}
+
 /* The program's own flags (how to start and supervise the ranks), read by the
  * library's engine beside its table; none of them is saved in config.json. */
 #define CLI(fld) offsetof(cli, fld)
@@ -76,9 +81,9 @@ static const dt_flag cli_flags[] = {
      .help = "log lines instead of the live progress line on a terminal"},
     {.name = "max-restarts", .type = DT_FLAG_INT, .off = CLI(max_restarts), .ilo = 0, .ihi = 1000, .attr = DT_FLAG_TRAIN,
      .section = "fault tolerance", .arg = "K", .help = "supervise: restart the job from the newest checkpoint when a rank "
-     "dies or a deadline expires, up to K times", .default_text = "0"},
+     "dies or a deadline expires, up to K times"},
     {.name = "restart-backoff", .type = DT_FLAG_FLOAT, .off = CLI(backoff), .lo = 0, .hi = 3600, .attr = DT_FLAG_TRAIN,
-     .section = "fault tolerance", .arg = "S", .help = "first wait before a restart, doubling up to 30 s", .default_text = "1"},
+     .section = "fault tolerance", .arg = "S", .help = "first wait before a restart, doubling up to 30 s"},
     {.name = "min-nproc", .type = DT_FLAG_INT, .off = CLI(min_nproc), .ilo = 1, .ihi = 100000, .attr = DT_FLAG_TRAIN,
      .section = "fault tolerance", .arg = "M", .help = "with --hostfile and no -n: refuse to run on fewer than M slots"},
     {.name = "weights", .type = DT_FLAG_STRING, .off = CLI(weights), .attr = DT_FLAG_EVAL, .section = "run",
@@ -119,7 +124,8 @@ static int parse_cli(cli *c, unsigned cmd, dt_model_kind kind, int argc, char **
 static void print_help(unsigned cmd) {
     int n;
     const dt_flag *tf = dt_train_flags(&n);
-    dt_flag_table tabs[2] = {{tf, n, NULL}, {cli_flags, (int)(sizeof cli_flags / sizeof cli_flags[0]), NULL}};
+    cli defaults = cli_default();
+    dt_flag_table tabs[2] = {{tf, n, NULL}, {cli_flags, (int)(sizeof cli_flags / sizeof cli_flags[0]), &defaults}};
     fputs(cmd == DT_FLAG_TRAIN ? train_usage : eval_usage, stdout);
     dt_cli_print_help(stdout, tabs, 2, cmd);
 }
@@ -140,8 +146,7 @@ static int write_config(const dt_train_cfg *cfg) {
 static int train_run(cli *cp, int full_argc, char **full_argv);
 
 static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
-    cli c = {0};
-    c.backoff = -1; /* not given: 1 s */
+    cli c = cli_default();
     g_cmd = "dtrain train";
     if (wants_help(argc, argv, NULL)) {
         print_help(DT_FLAG_TRAIN);
@@ -167,7 +172,7 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     /* Flags are valid. Supervise (the child comes back here with DTRAIN_SUPERVISED). */
     if (c.max_restarts > 0 && !getenv("DTRAIN_SUPERVISED") && !dt_under_mpi_launcher()) {
         dt_supervise_cfg sc = {c.max_restarts, c.min_nproc, c.nproc, c.nproc > 0, c.hostfile,
-                               c.cfg.ckpt_dir != NULL, c.backoff >= 0 ? c.backoff : 1.0};
+                               c.cfg.ckpt_dir != NULL, c.backoff};
         return dt_supervise(full_argc, full_argv, &sc);
     }
     /* Start the ranks (returns only in a rank or a 1-process run). */
@@ -289,7 +294,7 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
 static int eval_run(cli *cp, bool model_given, int argc, char **argv, dt_config_src *src);
 
 static int cmd_eval(int argc, char **argv) {
-    cli c = {0};
+    cli c = cli_default();
     g_cmd = "dtrain eval";
     if (wants_help(argc, argv, NULL)) {
         print_help(DT_FLAG_EVAL);
