@@ -112,10 +112,9 @@ char *dt_config_dump_json(const dt_train_cfg *c);
 /* The same, written to path (atomically: a temporary file renamed). */
 dt_status dt_config_write_json(const dt_train_cfg *c, const char *path);
 
-/* Defaults of everything for a model kind (the single source of defaults). */
-void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);
-/* Switches the optimizer with its defaults (lr, momentum, weight decay, betas);
- * nothing when it is already `kind`. */
+/* dt_train_cfg_default(c, kind) (train.h, defined in config.c) sets every default
+ * for a model kind; this switches the optimizer after it, to that optimizer's
+ * defaults (lr, momentum, weight decay, betas); nothing when it is already `kind`. */
 void dt_train_cfg_set_optim(dt_train_cfg *c, dt_optim_kind kind);
 
 #ifdef __cplusplus

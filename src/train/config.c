@@ -305,12 +305,16 @@ static void hidden_format(const void *base, char *buf, size_t n) {
     }
 }
 
-static dt_status lr_schedule_parse(void *base, const char *flag, const char *s) {
-    dt_train_cfg *c = base;
-    if (strcmp(s, "cosine") == 0) c->cosine = true;
-    else if (strcmp(s, "constant") == 0) c->cosine = false;
-    else return dt_errorf(DT_ERR_INVALID, "%s must be cosine or constant, got '%s'", flag, s);
+/* A bool spelled by two words, a (meaning a_is) or b (cosine|constant, static|dynamic). */
+static dt_status two_words_parse(bool *out, const char *flag, const char *s, const char *a, bool a_is, const char *b) {
+    if (strcmp(s, a) == 0) *out = a_is;
+    else if (strcmp(s, b) == 0) *out = !a_is;
+    else return dt_errorf(DT_ERR_INVALID, "%s must be %s or %s, got '%s'", flag, a, b, s);
     return DT_OK;
+}
+
+static dt_status lr_schedule_parse(void *base, const char *flag, const char *s) {
+    return two_words_parse(&((dt_train_cfg *)base)->cosine, flag, s, "cosine", true, "constant");
 }
 static void lr_schedule_format(const void *base, char *buf, size_t n) {
     snprintf(buf, n, "%s", ((const dt_train_cfg *)base)->cosine ? "cosine" : "constant");
@@ -426,11 +430,7 @@ static void error_feedback_format(const void *base, char *buf, size_t n) {
 }
 
 static dt_status balance_parse(void *base, const char *flag, const char *s) {
-    dt_train_cfg *c = base;
-    if (strcmp(s, "static") == 0) c->balance_dynamic = false;
-    else if (strcmp(s, "dynamic") == 0) c->balance_dynamic = true;
-    else return dt_errorf(DT_ERR_INVALID, "%s must be static or dynamic, got '%s'", flag, s);
-    return DT_OK;
+    return two_words_parse(&((dt_train_cfg *)base)->balance_dynamic, flag, s, "static", false, "dynamic");
 }
 static void balance_format(const void *base, char *buf, size_t n) {
     snprintf(buf, n, "%s", ((const dt_train_cfg *)base)->balance_dynamic ? "dynamic" : "static");

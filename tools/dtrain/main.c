@@ -110,17 +110,6 @@ static bool wants_help(int argc, char **argv, const char *text) {
     return false;
 }
 
-/* Reads the flags of `cmd` (defaults of `kind` unless --model says otherwise)
- * into c; 0, or EXIT_USAGE with the message printed. src keeps what a --config
- * file's strings point to. */
-static int parse_cli(cli *c, unsigned cmd, dt_model_kind kind, int argc, char **argv, dt_config_src *src, bool *model_given) {
-    int n;
-    const dt_flag *tf = dt_train_flags(&n);
-    dt_flag_table tabs[2] = {{tf, n, &c->cfg}, {cli_flags, (int)(sizeof cli_flags / sizeof cli_flags[0]), c}};
-    if (dt_train_cfg_parse(tabs, 2, cmd, kind, argc, argv, src, model_given)) return usage_error("%s", dt_error_msg());
-    return 0;
-}
-
 static void print_help(unsigned cmd) {
     int n;
     const dt_flag *tf = dt_train_flags(&n);
@@ -128,6 +117,23 @@ static void print_help(unsigned cmd) {
     dt_flag_table tabs[2] = {{tf, n, NULL}, {cli_flags, (int)(sizeof cli_flags / sizeof cli_flags[0]), &defaults}};
     fputs(cmd == DT_FLAG_TRAIN ? train_usage : eval_usage, stdout);
     dt_cli_print_help(stdout, tabs, 2, cmd);
+}
+
+/* Reads the flags of `cmd` (defaults of `kind` unless --model says otherwise)
+ * into c; 0, -1 when it printed --help, or EXIT_USAGE with the message printed.
+ * src keeps what a --config
+ * file's strings point to. */
+static int parse_cli(cli *c, unsigned cmd, dt_model_kind kind, int argc, char **argv, dt_config_src *src, bool *model_given) {
+    int n;
+    memset(src, 0, sizeof *src);
+    if (wants_help(argc, argv, NULL)) {
+        print_help(cmd);
+        return -1;
+    }
+    const dt_flag *tf = dt_train_flags(&n);
+    dt_flag_table tabs[2] = {{tf, n, &c->cfg}, {cli_flags, (int)(sizeof cli_flags / sizeof cli_flags[0]), c}};
+    if (dt_train_cfg_parse(tabs, 2, cmd, kind, argc, argv, src, model_given)) return usage_error("%s", dt_error_msg());
+    return 0;
 }
 
 static int run_error(void) {
@@ -148,19 +154,45 @@ static int train_run(cli *cp, int full_argc, char **full_argv);
 static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     cli c = cli_default();
     g_cmd = "dtrain train";
-    if (wants_help(argc, argv, NULL)) {
-        print_help(DT_FLAG_TRAIN);
-        return 0;
-    }
     dt_config_src src;
     bool model_given;
     int rc = parse_cli(&c, DT_FLAG_TRAIN, DT_MODEL_MLP, argc, argv, &src, &model_given);
     if (!rc) rc = train_run(&c, full_argc, full_argv);
     dt_config_src_free(&src);
-    return rc;
+    return rc < 0 ? 0 : rc;
 }
 
 /* Runs the parsed command line: supervisor, launcher, then this rank's run. */
+/* The line a finished run prints (rank 0). */
+static void print_summary(const dt_train_cfg *cfg, const dt_train_result *r, int size) {
+    char loss[64];
+    if (r->resumed_from >= 0 && r->resumed_from >= r->steps)
+        snprintf(loss, sizeof loss, "no step left to run (resumed at step %lld)", (long long)r->resumed_from);
+    else
+        snprintf(loss, sizeof loss, "final train loss %.4f", (double)r->final_loss);
+    if (cfg->model.kind == DT_MODEL_GPT)
+        printf("trained %s: %lld steps, %s, validation loss %.4f, %.0f tokens/s", dt_model_kind_name(cfg->model.kind),
+               (long long)r->steps, loss, (double)r->eval_loss, r->items_per_s);
+    else
+        printf("trained %s: %lld steps, %s, test accuracy %.2f%%, %.0f samples/s", dt_model_kind_name(cfg->model.kind),
+               (long long)r->steps, loss, 100.0 * r->test_acc, r->items_per_s);
+    if (size > 1 && cfg->strategy == DT_STRATEGY_PS) {
+        const char *cons = cfg->ps.mode == DT_PS_BSP ? "BSP" : cfg->ps.mode == DT_PS_ASP ? "ASP" : "SSP";
+        printf(" on %d ranks (parameter server: %d server%s, %d worker%s, %s", size, cfg->ps.servers,
+               cfg->ps.servers == 1 ? "" : "s", size - cfg->ps.servers, size - cfg->ps.servers == 1 ? "" : "s", cons);
+        if (r->lost_workers) printf("; lost worker%s %s", r->lost_workers == 1 ? "" : "s", r->lost_desc);
+        printf(")");
+    } else if (size > 1) {
+        double ov = r->comm_s > 0 ? 1.0 - r->exposed_s / r->comm_s : 0;
+        if (ov < 0) ov = 0;
+        printf(" on %d ranks (ZeRO-%d; per rank: params %.1f MB, grads %.1f MB, optimizer %.1f MB; %.0f%% of communication overlapped)",
+               size, cfg->dp.zero, r->mem.param_bytes / 1e6, r->mem.grad_bytes / 1e6,
+               r->mem.optim_bytes / 1e6, 100.0 * ov);
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
 static int train_run(cli *cp, int full_argc, char **full_argv) {
     cli c = *cp;
     int rc;
@@ -244,32 +276,7 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     }
     if (c.cfg.strategy == DT_STRATEGY_HOGWILD) size = 1;
     if (rank == 0) {
-        char loss[64];
-        if (r.resumed_from >= 0 && r.resumed_from >= r.steps)
-            snprintf(loss, sizeof loss, "no step left to run (resumed at step %lld)", (long long)r.resumed_from);
-        else
-            snprintf(loss, sizeof loss, "final train loss %.4f", (double)r.final_loss);
-        if (c.cfg.model.kind == DT_MODEL_GPT)
-            printf("trained %s: %lld steps, %s, validation loss %.4f, %.0f tokens/s", dt_model_kind_name(c.cfg.model.kind),
-                   (long long)r.steps, loss, (double)r.eval_loss, r.items_per_s);
-        else
-            printf("trained %s: %lld steps, %s, test accuracy %.2f%%, %.0f samples/s", dt_model_kind_name(c.cfg.model.kind),
-                   (long long)r.steps, loss, 100.0 * r.test_acc, r.items_per_s);
-        if (size > 1 && c.cfg.strategy == DT_STRATEGY_PS) {
-            const char *cons = c.cfg.ps.mode == DT_PS_BSP ? "BSP" : c.cfg.ps.mode == DT_PS_ASP ? "ASP" : "SSP";
-            printf(" on %d ranks (parameter server: %d server%s, %d worker%s, %s", size, c.cfg.ps.servers,
-                   c.cfg.ps.servers == 1 ? "" : "s", size - c.cfg.ps.servers, size - c.cfg.ps.servers == 1 ? "" : "s", cons);
-            if (r.lost_workers) printf("; lost worker%s %s", r.lost_workers == 1 ? "" : "s", r.lost_desc);
-            printf(")");
-        } else if (size > 1) {
-            double ov = r.comm_s > 0 ? 1.0 - r.exposed_s / r.comm_s : 0;
-            if (ov < 0) ov = 0;
-            printf(" on %d ranks (ZeRO-%d; per rank: params %.1f MB, grads %.1f MB, optimizer %.1f MB; %.0f%% of communication overlapped)",
-                   size, c.cfg.dp.zero, r.mem.param_bytes / 1e6, r.mem.grad_bytes / 1e6,
-                   r.mem.optim_bytes / 1e6, 100.0 * ov);
-        }
-        printf("\n");
-        fflush(stdout);
+        print_summary(&c.cfg, &r, size);
         if (c.cfg.strategy == DT_STRATEGY_PS) dt_launch_report_done(r.lost_desc);
     }
     if (r.lost_workers) {
@@ -296,17 +303,13 @@ static int eval_run(cli *cp, bool model_given, int argc, char **argv, dt_config_
 static int cmd_eval(int argc, char **argv) {
     cli c = cli_default();
     g_cmd = "dtrain eval";
-    if (wants_help(argc, argv, NULL)) {
-        print_help(DT_FLAG_EVAL);
-        return 0;
-    }
     dt_config_src src;
     bool model_given;
     int rc = parse_cli(&c, DT_FLAG_EVAL, DT_MODEL_MLP, argc, argv, &src, &model_given);
     if (!rc && !c.weights) rc = usage_error("--weights FILE is required");
     if (!rc) rc = eval_run(&c, model_given, argc, argv, &src);
     dt_config_src_free(&src);
-    return rc;
+    return rc < 0 ? 0 : rc;
 }
 
 static int eval_run(cli *cp, bool model_given, int argc, char **argv, dt_config_src *src) {
