@@ -38,6 +38,18 @@ expect_rc 2 "nesterov" -- "$dt" train --nesterov --momentum 0
 expect_rc 2 "divisible" -- "$dt" train --model gpt --n-embd 30 --n-head 4
 expect_rc 2 "--weights FILE is required" -- "$dt" eval --model mlp
 expect_rc 2 "unknown flag" -- "$dt" eval --weights x --lr 1
+expect_rc 2 "--lr expects a number, got 'fast'" -- "$dt" train --lr=fast
+expect_rc 2 "--batch 0 is out of range" -- "$dt" train --batch=0
+expect_rc 2 "--recompute takes no value" -- "$dt" train --recompute=maybe
+# --config FILE: bad files and keys get one line naming the file, exit 2
+printf '{"model": "mlp", "lrr": 0.1}' > "$tmp/unknown.json"
+expect_rc 2 "^dtrain train: --config .*unknown.json: unknown key 'lrr'" -- "$dt" train --config "$tmp/unknown.json"
+printf '{"lr": "fast"}' > "$tmp/badval.json"
+expect_rc 2 "--config .*badval.json: --lr expects a number, got 'fast'" -- "$dt" train --steps 1 --config="$tmp/badval.json"
+printf '{"lr": ' > "$tmp/broken.json"
+expect_rc 2 "--config .*broken.json:1: " -- "$dt" train --config "$tmp/broken.json"
+expect_rc 2 "--config .*nosuch.json: No such file" -- "$dt" train --config "$tmp/nosuch.json"
+expect_rc 2 "--config needs a value" -- "$dt" train --steps 1 --config
 # every command answers --help on stdout with exit 0
 for c in train eval diff inspect export "bench allreduce"; do
   # shellcheck disable=SC2086
@@ -62,6 +74,20 @@ if [ -d "$fm" ]; then
   head -c 5000 "$fm/t10k-images-idx3-ubyte.gz" > "$tmp/magic/t10k-images-idx3-ubyte.gz"
   expect_rc 1 "t10k-images" -- "$dt" train --data "$tmp/magic" --steps 1
 
+  # --flag=value, then OUT/config.json -> --config reproduces the run bitwise;
+  # the command line wins over the file wherever it stands
+  expect_rc 0 "" -- "$dt" train --hidden=32 --steps=4 --lr=0.05 --batch=64 --seed=7 --quiet --out="$tmp/cfgA"
+  if [ -s "$tmp/cfgA/config.json" ] && grep -q '"lr": 0.05' "$tmp/cfgA/config.json" && ! grep -q '"out"' "$tmp/cfgA/config.json"; then
+    ok "OUT/config.json holds the resolved flags (lr 0.05, no out)"
+  else fail "OUT/config.json:"; head -20 "$tmp/cfgA/config.json" 2>&1 | indent; fi
+  expect_rc 0 "" -- "$dt" train --config "$tmp/cfgA/config.json" --out "$tmp/cfgB"
+  if d=$("$dt" diff "$tmp/cfgA/model.safetensors" "$tmp/cfgB/model.safetensors" 2>&1); then
+    ok "rerun with --config OUT/config.json is bitwise equal: $d"
+  else fail "rerun with --config OUT/config.json differs: $d"; fi
+  expect_rc 0 "" -- "$dt" train --seed 8 --config "$tmp/cfgA/config.json" --out "$tmp/cfgC"
+  if grep -q '"seed": 8' "$tmp/cfgC/config.json" && ! "$dt" diff "$tmp/cfgA/model.safetensors" "$tmp/cfgC/model.safetensors" >/dev/null 2>&1; then
+    ok "--seed before --config overrides the file's"
+  else fail "--seed 8 --config: $(grep seed "$tmp/cfgC/config.json" 2>&1)"; fi
   # weights errors: make a small valid file first
   expect_rc 0 "" -- "$dt" train --hidden 32 --steps 3 --quiet --out "$tmp/w32"
   expect_rc 0 "" -- "$dt" eval --weights "$tmp/w32/model.safetensors"

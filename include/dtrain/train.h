@@ -50,7 +50,6 @@ typedef struct dt_train_cfg {
     int64_t log_every;       /* steps between metric lines */
     double val_frac;         /* gpt: held-out tail of the corpus */
     int eval_max;            /* gpt: validation windows per evaluation (0: all) */
-    bool progress;           /* live progress line (terminal) instead of log lines */
     bool quiet;
     /* distributed */
     dt_dp_cfg dp;            /* buckets, algorithm, ZeRO level, overlap */
@@ -120,7 +119,7 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c);
 /* Whether the run aggregates worker momenta (worker_momentum resolved). */
 bool dt_train_worker_momentum(const dt_train_cfg *c);
 /* Trains on the ranks of `comm` (a self communicator for one process). Every
- * rank calls it; rank 0 alone prints progress and writes outputs. */
+ * rank calls it; rank 0 alone calls the reporters (report.h). */
 dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *res);
 
 /* How the job ends on this rank once dt_train_run returned st (every rank

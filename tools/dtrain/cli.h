@@ -2,7 +2,16 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
+#include "dtrain/config.h"
+
+#include <stdio.h>
+
 /* dtrain bench allreduce [flags]: argv are the flags after "allreduce". */
 int dt_cli_bench_allreduce(int argc, char **argv);
+
+/* The flags of the tables that `cmd` (DT_FLAG_TRAIN or DT_FLAG_EVAL) takes,
+ * by section (train) with their defaults: tabs[0] is the library's table (its
+ * defaults come from dt_train_cfg_default), the others' bases hold theirs. */
+void dt_cli_print_help(FILE *out, const dt_flag_table *tabs, int ntabs, unsigned cmd);
 
 #endif

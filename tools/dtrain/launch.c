@@ -48,10 +48,20 @@ bool dt_under_mpi_launcher(void) {
     return env_set("SLURM_NTASKS") && env_set("SLURM_PROCID") && env_set("SLURM_STEP_ID");
 }
 
+/* The value of the last flag a (or b) of argv, given as `a v` or `a=v`, as the
+ * flag parser reads it (which also reads --config FILE: the launcher does not). */
 static const char *flag_value(int argc, char **argv, const char *a, const char *b) {
-    for (int i = 0; i + 1 < argc; i++)
-        if (strcmp(argv[i], a) == 0 || (b && strcmp(argv[i], b) == 0)) return argv[i + 1];
-    return NULL;
+    const char *v = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *names[2] = {a, b};
+        for (int k = 0; k < 2 && names[k]; k++) {
+            size_t n = strlen(names[k]);
+            if (strncmp(argv[i], names[k], n) != 0) continue;
+            if (argv[i][n] == '=' && names[k][1] == '-') v = argv[i] + n + 1;
+            else if (argv[i][n] == '\0' && i + 1 < argc) v = argv[i + 1];
+        }
+    }
+    return v;
 }
 
 int dt_launch_nproc(int argc, char **argv, int *n) {
