@@ -6,7 +6,7 @@
  *   ./train_mlp [FASHION_MNIST_DIR]
  *
  * One process trains alone; under `mpirun -n N` the N ranks train together
- * (dt_comm_world decides) and rank 0 alone runs the hooks. Exit status 0 on
+ * (the program tells dt_comm_init which) and rank 0 alone runs the hooks. Exit status 0 on
  * success, 1 when the run failed (the reason is printed). */
 #include <dtrain/dtrain.h>
 

@@ -102,7 +102,7 @@ dt_status tr_report_eval(const dt_train_cfg *c, const dt_eval_info *e);
 dt_status tr_report_end(const dt_train_cfg *c, const dt_end_info *e);
 void tr_run_info(const tr_run *r, dt_strategy s, dt_run_info *info);
 
-/* ---- resume.c / checkpoint.c ------------------------------------------------ */
+/* ---- resume.c / snapshot.c -------------------------------------------------- */
 /* The checkpoint to resume from into path: --resume PATH, or the newest valid
  * one under --ckpt-dir; false (and a log line) when there is none. */
 bool tr_resume_path(const dt_train_cfg *c, bool lead, char *path, size_t n);
