@@ -13,11 +13,12 @@ typedef struct cli_hooks {
     dt_strategy strategy;
     int64_t total;
     bool progress;           /* a live line on a terminal instead of log lines */
+    double watchdog_s;
 } cli_hooks;
 
-/* Installs the reporters and the step hook into cfg (which h borrows), and
- * starts the watchdog: a step that makes no progress for watchdog_s ends the
- * process with exit code 3 (0: no watchdog). */
+/* Installs the reporters and the step hook into cfg (which h borrows); the
+ * hook starts the watchdog at the first step: a step that makes no progress
+ * for watchdog_s ends the process with exit code 3 (0: no watchdog). */
 dt_status cli_hooks_install(cli_hooks *h, dt_train_cfg *cfg, bool progress, double watchdog_s);
 /* Stops the watchdog and closes the metrics file; returns its status. */
 dt_status cli_hooks_finish(cli_hooks *h);
