@@ -4,8 +4,11 @@
  * embedder installs its own and gets the same figures without files.
  *
  * Hooks run on rank 0 only, on the training thread, between steps: a slow hook
- * slows training. A hook that returns an error ends the run with that status
- * (the run's other ranks are released cleanly). Every hook is optional (NULL). */
+ * slows training. A hook that returns an error ends the run with that status.
+ * on_start's failure ends every rank at once (synchronous strategies); a later
+ * hook's failure ends rank 0, and the other ranks then stop at their next
+ * exchange with it, as after any failure of rank 0 (a timeout naming it).
+ * Every hook is optional (NULL). */
 #ifndef DTRAIN_REPORT_H
 #define DTRAIN_REPORT_H
 

@@ -331,7 +331,7 @@ static dt_status finish(tr_run *r) {
         st = arr && blocks ? pipe_summary(r, arr, &ps, blocks) : dt_errorf(DT_ERR_NOMEM, "out of memory");
         e.pipe = &ps;
     }
-    if (!st && c->n_reporters > 0) st = tr_gather_weights(r);
+    if (!st) st = tr_gather_weights(r); /* every rank alike, whatever reporters each has */
     if (!st && r->lead) st = tr_report_end(c, &e);
     dt_free(arr);
     dt_free(blocks);

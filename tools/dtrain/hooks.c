@@ -2,6 +2,8 @@
  * signals or sleeps on a test's behalf: these do, here. */
 #include "hooks.h"
 
+#include "dtrain/config.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -139,6 +141,16 @@ static dt_status progress_end(void *ctx, const dt_end_info *e) {
     return DT_OK;
 }
 
+/* OUT/config.json as the run starts (rank 0, after the metrics reporter made
+ * the folder): every saved flag's resolved value, so --config reruns it, even
+ * a run that is then killed. */
+static dt_status config_start(void *ctx, const dt_run_info *info) {
+    const cli_hooks *h = ctx;
+    char path[4200];
+    snprintf(path, sizeof path, "%.4000s/config.json", info->out_dir);
+    return dt_config_write_json(h->cfg, path);
+}
+
 dt_status cli_hooks_install(cli_hooks *h, dt_train_cfg *cfg, bool progress, double watchdog_s) {
     *h = (cli_hooks){.cfg = cfg, .progress = progress, .watchdog_s = watchdog_s};
     cfg->step_hook = step_hook;
@@ -148,6 +160,7 @@ dt_status cli_hooks_install(cli_hooks *h, dt_train_cfg *cfg, bool progress, doub
         dt_status st = dt_report_jsonl_create(&h->jsonl, &cfg->reporters[cfg->n_reporters++]);
         if (st) return st;
         dt_report_weights(&cfg->reporters[cfg->n_reporters++], &h->weights_dir);
+        cfg->reporters[cfg->n_reporters++] = (dt_reporter){.ctx = h, .on_start = config_start};
     }
     if (!cfg->quiet)
         cfg->reporters[cfg->n_reporters++] = (dt_reporter){.ctx = h, .on_start = progress_start, .on_step = progress_step,

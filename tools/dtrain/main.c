@@ -158,14 +158,6 @@ static int end_job(dt_comm *world, dt_status st, const dt_train_result *r, doubl
     return code;
 }
 
-/* OUT/config.json: every saved flag's resolved value (--config reads it back). */
-static int write_config(const dt_train_cfg *cfg) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", cfg->out_dir);
-    if (dt_config_write_json(cfg, path)) return run_error();
-    return 0;
-}
-
 static int train_run(cli *cp, int full_argc, char **full_argv);
 
 static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
@@ -179,7 +171,6 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     return rc < 0 ? 0 : rc;
 }
 
-/* Runs the parsed command line: supervisor, launcher, then this rank's run. */
 /* The line a finished run prints (rank 0). */
 static void print_summary(const dt_train_cfg *cfg, const dt_train_result *r, int size) {
     char loss[64];
@@ -210,6 +201,7 @@ static void print_summary(const dt_train_cfg *cfg, const dt_train_result *r, int
     fflush(stdout);
 }
 
+/* Runs the parsed command line: supervisor, launcher, then this rank's run. */
 static int train_run(cli *cp, int full_argc, char **full_argv) {
     cli c = *cp;
     int rc;
@@ -270,11 +262,6 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     if (!st) st = hs;
     free(config);
     if (st) return end_job(world, st, &r, c.cfg.timeout);
-    if (rank == 0 && c.cfg.out_dir && write_config(&c.cfg)) {
-        dt_comm_destroy(world);
-        dt_comm_finalize();
-        return EXIT_RUN;
-    }
     if (c.cfg.strategy == DT_STRATEGY_HOGWILD) size = 1;
     if (rank == 0) {
         print_summary(&c.cfg, &r, size);
