@@ -150,7 +150,9 @@ static void test_parts(void) {
     dt_ckpt_state st = {0};
     dt_ckpt_extras x = {0};
     dt_ckpt_place at = {.replica = 0, .replicas = 1, .lead = true};
-    test_cond("sampler part saves", ps.save(ps.ctx, &at, &st, &x) == DT_OK && x.n == 0);
+    dt_ckpt_shard sh = {0};
+    dt_ckpt_snapshot snap = {.state = &st, .extras = &x, .shard = &sh};
+    test_cond("sampler part saves", ps.save(ps.ctx, &at, &snap) == DT_OK && x.n == 0 && st.epoch == s.epoch && st.index == s.index);
     test_cond("sampler part loads", pt.load(pt.ctx, "unused", &st, &at) == DT_OK);
     dt_sampler_next(&s, 64, idx, &ln, &gn);
     dt_sampler_next(&t, 64, idx2, &ln, &gn);

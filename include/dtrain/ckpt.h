@@ -134,11 +134,18 @@ typedef struct dt_ckpt_place {
     bool lead;               /* the rank that logs */
 } dt_ckpt_place;
 
+/* What one rank writes into a checkpoint, filled by the parts. */
+typedef struct dt_ckpt_snapshot {
+    dt_ckpt_state *state;    /* scalar state (step, sampler position, optimizer count) */
+    dt_ckpt_extras *extras;  /* rank-private tensors */
+    dt_ckpt_shard *shard;    /* the optimizer-state runs this rank writes (n = 0: none) */
+    const dt_optim *optim;   /* whose state the runs index */
+} dt_ckpt_snapshot;
+
 typedef struct dt_ckpt_part {
     void *ctx;
-    /* This rank's share of a checkpoint being written: extra tensors into x,
-     * scalar state into s. NULL: nothing to write. */
-    dt_status (*save)(void *ctx, const dt_ckpt_place *at, dt_ckpt_state *s, dt_ckpt_extras *x);
+    /* This rank's share of a checkpoint being written, into snap. */
+    dt_status (*save)(void *ctx, const dt_ckpt_place *at, dt_ckpt_snapshot *snap);
     /* Restores from the checkpoint at path (its state s) into this layout. */
     dt_status (*load)(void *ctx, const char *path, const dt_ckpt_state *s, const dt_ckpt_place *at);
 } dt_ckpt_part;

@@ -96,6 +96,16 @@ void dt_dp_shard(const dt_dp *dp, dt_ckpt_shard *out);
 /* Sets this rank's optimizer state from full logical (arena-indexed) arrays M
  * and V (either NULL when the optimizer has no such state) and the step count. */
 void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t);
+/* The optimizer shard as a checkpoint part: save gives this rank's runs of
+ * the optimizer state and its step count; load sets them from the logical
+ * arrays M and V (arena-indexed in this rank's layout; NULL: no such state),
+ * which the caller fills before the load. ctx is the caller's and must
+ * outlive the part. */
+typedef struct dt_dp_part_ctx {
+    dt_dp *dp;
+    const float *M, *V;
+} dt_dp_part_ctx;
+void dt_dp_part(dt_dp_part_ctx *ctx, dt_ckpt_part *part);
 int dt_dp_n_buckets(const dt_dp *dp);
 /* The compression session (error-feedback residual, PowerSGD's Q), or NULL. */
 dt_gc *dt_dp_gc(dt_dp *dp);

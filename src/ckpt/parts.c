@@ -24,10 +24,10 @@ void dt_ckpt_extras_attach(const dt_ckpt_extras *x, dt_ckpt_shard *shard) {
     shard->extra_len = x->len;
 }
 
-static dt_status sampler_save(void *ctx, const dt_ckpt_place *at, dt_ckpt_state *s, dt_ckpt_extras *x) {
+static dt_status sampler_save(void *ctx, const dt_ckpt_place *at, dt_ckpt_snapshot *snap) {
     const dt_sampler *sp = ctx;
-    s->epoch = sp->epoch;
-    s->index = sp->index;
+    snap->state->epoch = sp->epoch;
+    snap->state->index = sp->index;
     return DT_OK;
 }
 

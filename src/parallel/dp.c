@@ -541,6 +541,27 @@ void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t)
     }
     o->t = t;
 }
+/* ---- the optimizer shard as a checkpoint part ------------------------------ */
+static dt_status dp_save(void *ctx, const dt_ckpt_place *at, dt_ckpt_snapshot *snap) {
+    dt_dp *dp = ((dt_dp_part_ctx *)ctx)->dp;
+    dt_dp_shard(dp, snap->shard); /* the caller attaches the extras after every part */
+    snap->optim = dp->opt;
+    snap->state->optim_t = dp->opt->t;
+    return DT_OK;
+}
+
+static dt_status dp_load(void *ctx, const char *path, const dt_ckpt_state *s, const dt_ckpt_place *at) {
+    const dt_dp_part_ctx *p = ctx;
+    dt_dp_set_optim_state(p->dp, p->M, p->V, s->optim_t);
+    return DT_OK;
+}
+
+void dt_dp_part(dt_dp_part_ctx *ctx, dt_ckpt_part *part) {
+    part->ctx = ctx;
+    part->save = dp_save;
+    part->load = dp_load;
+}
+
 int dt_dp_n_buckets(const dt_dp *dp) { return dp->nb; }
 dt_gc *dt_dp_gc(dt_dp *dp) { return dp->gc; }
 

@@ -8,7 +8,8 @@
 
 #include <stdio.h>
 
-static dt_status gc_save(void *ctx, const dt_ckpt_place *at, dt_ckpt_state *s, dt_ckpt_extras *x) {
+static dt_status gc_save(void *ctx, const dt_ckpt_place *at, dt_ckpt_snapshot *snap) {
+    dt_ckpt_extras *x = snap->extras;
     dt_gc *gc = ctx;
     dt_status st = DT_OK;
     if (dt_gc_error(gc)) {

@@ -157,7 +157,8 @@ static dt_status part_load(void *ctx, const char *path, const dt_ckpt_state *s, 
     return st;
 }
 
-static dt_status part_save(void *ctx, const dt_ckpt_place *at, dt_ckpt_state *s, dt_ckpt_extras *x) {
+static dt_status part_save(void *ctx, const dt_ckpt_place *at, dt_ckpt_snapshot *snap) {
+    dt_ckpt_extras *x = snap->extras;
     dt_robust *r = ctx;
     dt_status st = DT_OK;
     if (r->wm) {

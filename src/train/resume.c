@@ -32,7 +32,9 @@ static dt_status same_run(const dt_train_cfg *c, const char *path, const dt_ckpt
     return DT_OK;
 }
 
-/* The parts that restore themselves, in the order they load. */
+/* The parts that restore themselves from the logical state, in the order they
+ * load (the optimizer shard comes after them: worker momentum may give it its
+ * momentum). */
 static int resume_parts(tr_run *r, dt_robust_load *rl, dt_ckpt_part *parts) {
     int n = 0;
     if (r->rob) dt_robust_part(r->rob, rl, &parts[n++]);
@@ -60,20 +62,27 @@ static dt_status load(tr_run *r, const char *path, dt_model *lm, float *M, float
     int n = resume_parts(r, &rl, parts);
     for (int i = 0; i < n && !st; i++) st = parts[i].load(parts[i].ctx, path, s, &at);
     if (st) return st;
+    /* The optimizer shard last, from the logical state in this rank's layout:
+     * with tensor parallelism each rank takes its shards. */
+    dt_dp_part_ctx dl = {r->dp, have_m ? M : NULL, s->n_states >= 2 ? V : NULL};
+    float *Ml = NULL, *Vl = NULL;
     if (r->full && r->TP > 1) {
-        float *Ml = dt_alloc_floats(r->m->n), *Vl = dt_alloc_floats(r->m->n);
+        Ml = dt_alloc_floats(r->m->n);
+        Vl = dt_alloc_floats(r->m->n);
         if (!Ml || !Vl) st = dt_errorf(DT_ERR_NOMEM, "out of memory resuming from %s", path);
         if (!st) {
             dt_model_local_from_logical(r->m, r->m->w, r->full, r->full->w);
             dt_model_local_from_logical(r->m, Ml, r->full, M);
             dt_model_local_from_logical(r->m, Vl, r->full, V);
-            dt_dp_set_optim_state(r->dp, have_m ? Ml : NULL, s->n_states >= 2 ? Vl : NULL, s->optim_t);
+            dl.M = have_m ? Ml : NULL;
+            dl.V = s->n_states >= 2 ? Vl : NULL;
         }
-        dt_free(Ml);
-        dt_free(Vl);
-    } else {
-        dt_dp_set_optim_state(r->dp, have_m ? M : NULL, s->n_states >= 2 ? V : NULL, s->optim_t);
     }
+    dt_ckpt_part dp;
+    dt_dp_part(&dl, &dp);
+    if (!st) st = dp.load(dp.ctx, path, s, &at);
+    dt_free(Ml);
+    dt_free(Vl);
     if (!st && r->lead)
         dt_log(DT_LOG_INFO, "resuming from %s (step %lld, written by %d rank%s with ZeRO-%d; verified and loaded in %.3f s)",
                path, (long long)s->step, s->world, s->world == 1 ? "" : "s", s->zero, tl);

@@ -33,7 +33,8 @@ typedef struct tr_ckpt {
     bool *pmask;             /* parameters this rank writes */
     float *gbuf[4];          /* tp: local M, V; logical M, V */
     int n_parts;
-    dt_ckpt_part parts[4];   /* state owners: sampler, compression, robust aggregation */
+    dt_ckpt_part parts[4];   /* state owners: optimizer shard, sampler, robust aggregation, compression */
+    dt_dp_part_ctx dpp;
 } tr_ckpt;
 
 typedef struct tr_attack {

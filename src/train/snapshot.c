@@ -21,9 +21,13 @@ dt_status tr_gather_weights(tr_run *r) {
     return r->full ? gather_logical(r, r->m->w, r->full->w, r->replica == 0) : DT_OK;
 }
 
+/* The state owners, in the order they write: optimizer shard, sampler,
+ * robust aggregation, compression. */
 static void collect_parts(tr_run *r) {
     tr_ckpt *k = &r->ck;
     k->n_parts = 0;
+    k->dpp = (dt_dp_part_ctx){.dp = r->dp};
+    dt_dp_part(&k->dpp, &k->parts[k->n_parts++]);
     dt_ckpt_part_sampler(&r->ld.sampler, &k->parts[k->n_parts++]);
     if (r->rob) {
         dt_robust_load none = {NULL, NULL};
@@ -59,9 +63,11 @@ dt_status tr_ckpt_open(tr_run *r) {
 
 /* Tensor parallelism: logical parameters and optimizer state gathered to rank
  * 0, which writes them. */
-static dt_status save_gathered(tr_run *r, const dt_ckpt_shard *shard, const dt_ckpt_state *cs) {
+static dt_status save_gathered(tr_run *r, const dt_ckpt_snapshot *snap) {
     tr_ckpt *k = &r->ck;
-    const dt_optim *o = dt_dp_optim(r->dp);
+    const dt_optim *o = snap->optim;
+    const dt_ckpt_shard *shard = snap->shard;
+    const dt_ckpt_state *cs = snap->state;
     bool owns = r->c->dp.zero || r->replica == 0;
     float *src[2] = {o->m, o->v};
     for (int q = 0; q < 2; q++) {
@@ -91,7 +97,6 @@ dt_status tr_ckpt_maybe_save(tr_run *r, int64_t step) {
     memset(&cs, 0, sizeof cs);
     cs.step = step;
     cs.seed = c->seed;
-    cs.optim_t = dt_dp_optim(r->dp)->t;
     cs.world = r->n;
     cs.zero = c->dp.zero;
     cs.dp = r->D;
@@ -102,17 +107,17 @@ dt_status tr_ckpt_maybe_save(tr_run *r, int64_t step) {
     snprintf(cs.config, sizeof cs.config, "%s", c->config_json ? c->config_json : "{}");
     dt_ckpt_place at = {.replica = r->replica, .replicas = r->D, .lead = r->lead};
     dt_ckpt_extras x = {0};
+    dt_ckpt_shard shard = {0};
+    dt_ckpt_snapshot snap = {.state = &cs, .extras = &x, .shard = &shard};
     dt_status st = DT_OK;
-    for (int i = 0; i < k->n_parts && !st; i++) st = k->parts[i].save(k->parts[i].ctx, &at, &cs, &x);
+    for (int i = 0; i < k->n_parts && !st; i++) st = k->parts[i].save(k->parts[i].ctx, &at, &snap);
     if (st) return st;
-    dt_ckpt_shard shard;
-    dt_dp_shard(r->dp, &shard);
     dt_ckpt_extras_attach(&x, &shard);
     /* Under ZeRO-0 only replica 0 writes optimizer state (the others, writing
      * their own residuals or momenta, hold the same copy). */
     if ((dt_dp_gc(r->dp) || dt_robust_momentum(r->rob)) && !c->dp.zero && r->replica != 0) shard.n = 0;
     double ts = dt_now();
-    st = r->TP > 1 ? save_gathered(r, &shard, &cs) : dt_ckpt_save_async(k->w, r->m, dt_dp_optim(r->dp), &shard, k->pmask, &cs);
+    st = r->TP > 1 ? save_gathered(r, &snap) : dt_ckpt_save_async(k->w, r->m, snap.optim, &shard, k->pmask, &cs);
     if (!st && r->trace) dt_trace_event(r->trace, "checkpoint snapshot", DT_TRACE_COMPUTE, ts, dt_now(), step, -1);
     return st;
 }
