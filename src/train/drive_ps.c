@@ -99,8 +99,7 @@ static dt_status ps_begin(ps_run *p) {
     }
     if (!(p->rM = dt_alloc_floats(r->m->n)) || !(p->rV = dt_alloc_floats(r->m->n))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     if ((st = dt_ckpt_load(p->resume_path, r->m, p->rM, p->rV, &p->rcs))) return st;
-    if (p->rcs.batch != c->batch || p->rcs.optim != c->optim.kind || p->rcs.seed != c->seed)
-        return dt_errorf(DT_ERR_INVALID, "%s was written with another global batch, optimizer or seed; resume with the same", p->resume_path);
+    if ((st = tr_same_run(c, p->resume_path, &p->rcs))) return st;
     r->start_step = p->rcs.step;
     if (r->lead) dt_log(DT_LOG_INFO, "resuming the parameter server from %s (step %lld)", p->resume_path, (long long)r->start_step);
     return DT_OK;

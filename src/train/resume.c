@@ -18,8 +18,7 @@ bool tr_resume_path(const dt_train_cfg *c, bool lead, char *path, size_t n) {
     return false;
 }
 
-/* The checkpoint must come from the same run. */
-static dt_status same_run(const dt_train_cfg *c, const char *path, const dt_ckpt_state *s) {
+dt_status tr_same_run(const dt_train_cfg *c, const char *path, const dt_ckpt_state *s) {
     if (s->optim != c->optim.kind)
         return dt_errorf(DT_ERR_INVALID, "%s was written with --optim %s; resume with the same optimizer", path,
                          s->optim == DT_OPTIM_ADAMW ? "adamw" : "sgd");
@@ -50,7 +49,7 @@ static dt_status load(tr_run *r, const char *path, dt_model *lm, float *M, float
     double tl = dt_now();
     dt_status st = dt_ckpt_load(path, lm, M, V, s);
     tl = dt_now() - tl;
-    if (!st) st = same_run(r->c, path, s);
+    if (!st) st = tr_same_run(r->c, path, s);
     if (st) return st;
     bool have_m = s->n_states >= 1;
     dt_ckpt_place at = {.replica = r->replica, .replicas = r->D, .lead = r->lead};

@@ -107,6 +107,8 @@ void tr_run_info(const tr_run *r, dt_strategy s, dt_run_info *info);
 /* The checkpoint to resume from into path: --resume PATH, or the newest valid
  * one under --ckpt-dir; false (and a log line) when there is none. */
 bool tr_resume_path(const dt_train_cfg *c, bool lead, char *path, size_t n);
+/* A checkpoint must come from the same run: optimizer, global batch, seed. */
+dt_status tr_same_run(const dt_train_cfg *c, const char *path, const dt_ckpt_state *s);
 dt_status tr_resume(tr_run *r);
 dt_status tr_ckpt_open(tr_run *r);
 dt_status tr_ckpt_maybe_save(tr_run *r, int64_t step);

@@ -171,7 +171,7 @@ static dt_status setup_partition(tr_run *r) {
 /* The sub-communicators of the mesh. */
 static dt_status setup_mesh(tr_run *r) {
     if (r->P == 1 && r->TP == 1) return DT_OK;
-    int P = r->P, TP = r->TP, D = r->D, stage = r->stage, replica = r->replica, tpr = r->tpr;
+    int TP = r->TP, D = r->D, stage = r->stage, replica = r->replica, tpr = r->tpr;
     dt_status st;
     if ((st = dt_comm_split(r->world, stage * TP + tpr, replica, &r->dpc))) return st;
     if ((st = dt_comm_split(r->world, replica * TP + tpr, stage, &r->ppc))) return st;
@@ -180,7 +180,6 @@ static dt_status setup_mesh(tr_run *r) {
     dt_comm_set_timeout(r->ppc, r->c->timeout);
     dt_comm_set_timeout(r->tpc, r->c->timeout);
     dt_model_set_tp(r->m, r->tpc);
-    (void)P;
     return DT_OK;
 }
 

@@ -38,19 +38,14 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
-/* step >= 1: step started (progress); -1: stop watching. */
-static void watchdog_tick(int64_t step) {
+/* step >= 1: step started (progress), and the thread started at the first
+ * step with limit (> 0); -1: stop watching. */
+static void watchdog_tick(int64_t step, double limit) {
     pthread_mutex_lock(&g_wd_mu);
     g_wd_step = step;
     g_wd_last = dt_now();
-    pthread_mutex_unlock(&g_wd_mu);
-}
-
-static void watchdog_start(double limit) {
-    pthread_mutex_lock(&g_wd_mu);
-    g_wd_limit = limit;
-    g_wd_step = -1;
-    bool start = !g_wd_started && limit > 0;
+    bool start = step >= 0 && !g_wd_started && limit > 0;
+    if (start) g_wd_limit = limit;
     g_wd_started |= start;
     pthread_mutex_unlock(&g_wd_mu);
     pthread_t t;
@@ -62,11 +57,10 @@ static void watchdog_start(double limit) {
 static void step_hook(void *ctx, int rank, int64_t step, dt_step_point at, double prev_compute_s) {
     const cli_hooks *h = ctx;
     const dt_train_cfg *c = h->cfg;
-    /* Started at the first step, not before: a run refused on its input starts
-     * no thread (a sanitizer build at exit reports the allocations of a thread
-     * still starting as leaks: a 27-line "error" on a fresh machine). */
-    if (at == DT_STEP_BEGIN) watchdog_start(h->watchdog_s);
-    if (at == DT_STEP_BEGIN) watchdog_tick(step);
+    /* The watchdog starts at the first step, not before: a run refused on its
+     * input starts no thread (a sanitizer build at exit reports the allocations
+     * of a thread still starting as leaks: a 27-line "error" on a fresh machine). */
+    if (at == DT_STEP_BEGIN) watchdog_tick(step, h->watchdog_s);
     if (c->attempt > 0) return;
     for (int i = 0; i < c->n_inject; i++) {
         const dt_inject *in = &c->inject[i];
@@ -169,7 +163,7 @@ dt_status cli_hooks_install(cli_hooks *h, dt_train_cfg *cfg, bool progress, doub
 }
 
 dt_status cli_hooks_finish(cli_hooks *h) {
-    watchdog_tick(-1);
+    watchdog_tick(-1, 0);
     dt_status st = dt_report_jsonl_close(h->jsonl);
     h->jsonl = NULL;
     return st;
