@@ -63,6 +63,17 @@ int dt_comm_size(const dt_comm *c);
 int dt_comm_world_rank(const dt_comm *c, int r); /* rank r of c as a world rank */
 bool dt_comm_is_mpi(const dt_comm *c);
 
+/* Hosts. The host of each rank is learnt once, when dt_comm_init makes the
+ * world (one all-gather of host names); hosts are numbered world-wide in order
+ * of their first rank. dt_comm_host: rank r's host name ("?" when not known:
+ * a communicator made without dt_comm_init). dt_comm_host_index: its number,
+ * -1 when not known. dt_comm_nhosts: hosts holding ranks of c (>= 1).
+ * dt_comm_hosts_desc: "node1 (ranks 0-1), node2 (ranks 2-3)" into buf. */
+const char *dt_comm_host(const dt_comm *c, int r);
+int dt_comm_host_index(const dt_comm *c, int r);
+int dt_comm_nhosts(const dt_comm *c);
+void dt_comm_hosts_desc(const dt_comm *c, char *buf, size_t n);
+
 /* Deadline of every wait, seconds (default 60; <= 0: wait forever). */
 void dt_comm_set_timeout(dt_comm *c, double seconds);
 double dt_comm_timeout(const dt_comm *c);
@@ -73,10 +84,11 @@ uint64_t dt_comm_bytes_sent(const dt_comm *c);
 
 /* After a DT_ERR_TIMEOUT on c: every rank that timed out exchanges "I am here"
  * with every other rank for up to `grace` seconds, and writes to buf which
- * ranks reached the stalled operation and which did not (the late ones).
- * Returns true on the rank that timed out first of those that arrived (the one
- * that saw the fault; ties: the lower rank): the one to print the report. The
- * others should give it a moment to print before they end the job. */
+ * ranks reached the stalled operation and which did not (the late ones; on
+ * several hosts, with their hosts). Returns true on the lowest rank of those
+ * that arrived: the one to print the report (no clocks compared, so hosts whose
+ * clocks disagree still elect one reporter). The others should give it a
+ * moment to print before they end the job. */
 bool dt_comm_diagnose(dt_comm *c, double grace, char *buf, size_t n);
 
 /* ---- point-to-point ------------------------------------------------------------ */

@@ -168,7 +168,20 @@ fn_exit:
     return st;
 }
 
+static dt_status world_init(bool mpi, dt_comm **out);
+
 dt_status dt_comm_init(bool mpi, dt_comm **out) {
+    dt_status st = world_init(mpi, out);
+    if (st) return st;
+    st = dt_topology_learn(*out);
+    if (st) {
+        dt_comm_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+static dt_status world_init(bool mpi, dt_comm **out) {
     if (!mpi) return dt_comm_self(out);
     int init = 0, provided = MPI_THREAD_SINGLE;
     dt_status st = dt_mpi_check(NULL, MPI_Initialized(&init), "MPI_Initialized");
@@ -193,9 +206,6 @@ dt_status dt_comm_init(bool mpi, dt_comm **out) {
     if (st) return st;
     return comm_wrap(mc, out);
 }
-
-/* Deprecated: reads the environment, which the library should not; kept until
- * tools/dtrain/main.c calls dt_comm_init(dt_under_mpi_launcher(), ...). */
 
 dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **out) {
     if (!parent) return dt_errorf(DT_ERR_INVALID, "dt_comm_split: parent is NULL");
@@ -232,6 +242,7 @@ void dt_comm_destroy(dt_comm *c) {
 
 void dt_comm_finalize(void) {
     int init = 0, fin = 0;
+    dt_topology_forget();
     if (!g_mpi_by_us) return;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);

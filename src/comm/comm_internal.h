@@ -36,6 +36,11 @@ struct dt_comm {
  * Usage: DT_TRY(dt_mpi_check(c, MPI_Isend(...), "MPI_Isend")). c may be NULL. */
 dt_status dt_mpi_check(const dt_comm *c, int rc, const char *call);
 
+/* The process's host table (topology.c): learnt from the world communicator
+ * (collective over it), forgotten at dt_comm_finalize. */
+dt_status dt_topology_learn(dt_comm *world);
+void dt_topology_forget(void);
+
 /* Scratch of at least n floats owned by c (valid until the next call). */
 dt_status dt_comm_scratch(dt_comm *c, size_t n, float **out);
 /* n zeroed requests owned by c (valid until the next call). */

@@ -65,6 +65,12 @@ dt_status tr_setup(tr_run *r, const dt_train_cfg *c, dt_comm *world, dt_train_re
     r->acc = -1.0f;
     r->eloss = NAN;
     dt_comm_set_timeout(world, c->timeout);
+    if (r->n > 1 && !r->quiet) {
+        char hosts[1024];
+        dt_comm_hosts_desc(world, hosts, sizeof hosts);
+        int nh = dt_comm_nhosts(world);
+        dt_log(DT_LOG_INFO, "%d ranks on %d host%s: %s", r->n, nh, nh > 1 ? "s" : "", hosts);
+    }
     dt_status st = setup_data(r);
     if (st) return st;
     r->P = c->pp;

@@ -19,19 +19,33 @@
  * dtrain already said in one line), which also hides why MPI itself could not
  * start. So mpirun is always our child: rank 0 writes "up" into the file named
  * by DTRAIN_UP_FILE once MPI is initialised, and when mpirun fails before that
- * we say so in one line (DTRAIN_MPI_VERBOSE=1 shows Open MPI's own messages). */
+ * we say so in one line (DTRAIN_MPI_VERBOSE=1 shows Open MPI's own messages).
+ *
+ * On a cluster, a rank that ends the job (MPI_Abort after a fault it
+ * reported) first appends "abort CODE" to that file: when mpirun has not
+ * ended the job ABORT_GRACE seconds later (its teardown waits for a host that
+ * cannot answer: powered off, or cut off the network), we stop mpirun
+ * ourselves. And when a job with --hostfile fails, every host of the job is
+ * probed (hosts.c) and the ones that cannot be reached are named with their
+ * ranks: "lost host node2 (ranks 2-3)", which mpirun's own message does not
+ * say. */
 #include "launch.h"
+
+#include "hosts.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DONE_ENV "DTRAIN_DONE_FILE"
 #define UP_ENV "DTRAIN_UP_FILE"
+#define ABORT_GRACE 10.0 /* seconds mpirun gets to end an aborted job */
 
 static bool env_set(const char *name) {
     const char *v = getenv(name);
@@ -108,6 +122,15 @@ void dt_launch_report_done(const char *lost_desc) {
     if (fclose(f) != 0) fprintf(stderr, "dtrain: cannot write %s: %s\n", path, strerror(errno));
 }
 
+void dt_launch_report_abort(int code) {
+    const char *path = getenv(UP_ENV);
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    fprintf(f, "abort %d\n", code);
+    fclose(f);
+}
+
 static volatile sig_atomic_t g_mpirun = 0;
 
 static void forward_signal(int sig) {
@@ -123,9 +146,68 @@ static bool file_says(const char *path, const char *word) {
     return yes;
 }
 
+static double mono_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Waits for mpirun; stops it when a rank appended "abort" to the up file and
+ * mpirun has not ended the job ABORT_GRACE seconds later. Returns its status. */
+static int wait_mpirun(pid_t pid, const char *up_path, int *stopped_code) {
+    int status = 0;
+    *stopped_code = -1;
+    off_t seen = 0;
+    double abort_at = 0, term_at = 0;
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR)) {
+            if (!term_at) *stopped_code = -1;
+            return status;
+        }
+        double now = mono_now();
+        struct stat st;
+        if (!abort_at && up_path[0] && stat(up_path, &st) == 0 && st.st_size != seen) {
+            seen = st.st_size;
+            char line[64];
+            FILE *f = fopen(up_path, "r");
+            while (f && fgets(line, sizeof line, f))
+                if (sscanf(line, "abort %d", stopped_code) == 1) abort_at = now;
+            if (f) fclose(f);
+        }
+        if (abort_at && !term_at && now - abort_at > ABORT_GRACE) {
+            /* SIGKILL: mpirun's own SIGTERM handling waits on the same host
+             * (and crashed in PMIx_Finalize when tried). Ranks that aborted
+             * have ended by themselves; those of the host that cannot answer
+             * are beyond anyone's reach until it does. */
+            fprintf(stderr, "dtrain: a rank ended the job (see its report above), but mpirun had not stopped the other ranks "
+                            "%.0f s later (a host that cannot answer?); stopping mpirun\n", ABORT_GRACE);
+            kill(pid, SIGKILL);
+            term_at = now;
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* After a failed job on a hostfile: names the hosts of the job's n ranks that
+ * cannot be reached now, with the ranks they held. */
+static void name_lost_hosts(const char *hostfile, int n) {
+    static dt_host hosts[DT_MAX_HOSTS];
+    int nh = dt_hostfile_read(hostfile, hosts), used = 0;
+    while (used < nh && hosts[used].first_rank < n) used++;
+    if (used < 2 || dt_hosts_probe(hosts, used, 5.0) == 0) return;
+    for (int i = 0; i < used; i++) {
+        if (hosts[i].reachable) continue;
+        char ranks[64];
+        dt_host_ranks(&hosts[i], ranks, sizeof ranks);
+        fprintf(stderr, "dtrain: the job lost host %s (%s): it cannot be reached: %s\n", hosts[i].name, ranks, hosts[i].why);
+    }
+}
+
 /* Runs mpirun (av) as a child and returns dtrain's exit code (see the top).
  * done_path: the completion marker of a run that may lose workers, or "". */
-static int run_mpirun(const char **av, const char *done_path, const char *up_path, int n) {
+static int run_mpirun(const char **av, const char *done_path, const char *up_path, int n, const char *hostfile) {
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = forward_signal;
@@ -144,13 +226,13 @@ static int run_mpirun(const char **av, const char *done_path, const char *up_pat
         _exit(1);
     }
     g_mpirun = pid;
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    int stopped = -1;
+    int status = wait_mpirun(pid, up_path, &stopped);
     g_mpirun = 0;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    int code = stopped >= 0 ? stopped : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && hostfile) name_lost_hosts(hostfile, n);
     bool up = up_path[0] && file_says(up_path, "up");
     if (up_path[0]) unlink(up_path);
     if (code != 0 && !up && up_path[0] && !(WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM)))
@@ -253,7 +335,7 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
     for (int i = 1; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
     fflush(NULL);
-    int code = run_mpirun(av, done_path, up_path, n);
+    int code = run_mpirun(av, done_path, up_path, n, hostfile);
     free(av);
     return code;
 }

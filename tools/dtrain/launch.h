@@ -23,5 +23,8 @@ int dt_launch(int argc, char **argv, int cmd_args_from);
 void dt_launch_report_done(const char *lost_desc);
 /* Rank 0, once MPI is initialised: tells the launcher MPI started. */
 void dt_launch_report_up(void);
+/* Any rank, just before it aborts the job with exit code `code`: tells the
+ * launcher, which stops mpirun if it has not ended the job soon after. */
+void dt_launch_report_abort(int code);
 
 #endif

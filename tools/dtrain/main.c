@@ -151,7 +151,10 @@ static int end_job(dt_comm *world, dt_status st, const dt_train_result *r, doubl
     int code = end.status == DT_OK ? 0 : end.status == DT_ERR_TIMEOUT ? EXIT_TIMEOUT : EXIT_RUN;
     fflush(NULL);
     /* An aborted job never finalizes: the others may never reach MPI_Finalize. */
-    if (end.action == DT_END_ABORT) dt_comm_abort(world, code);
+    if (end.action == DT_END_ABORT) {
+        dt_launch_report_abort(code);
+        dt_comm_abort(world, code);
+    }
     if (end.action != DT_END_FINALIZE) _exit(code);
     dt_comm_destroy(world);
     dt_comm_finalize();
@@ -224,6 +227,10 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
         openblas_set_num_threads(1);
     } else if (c.threads) {
         openblas_set_num_threads(c.threads);
+    } else if (dt_under_mpi_launcher() && !getenv("OPENBLAS_NUM_THREADS")) {
+        /* One BLAS thread per rank whichever launcher started us (srun does
+         * not pass what dtrain's own launcher exports). */
+        openblas_set_num_threads(1);
     }
 
     /* MPI only for a job that a launcher started: a one-process run (no -n, not

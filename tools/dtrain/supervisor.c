@@ -3,9 +3,14 @@
  * badly — a rank died of any signal or exit code, or a deadline expired (exit
  * 3) — waits a back-off and starts it again from the newest valid checkpoint,
  * up to K times, logging each restart with its cause. With --hostfile and no
- * -n, the hostfile is read again before every attempt and the job runs on the
- * slots it lists now (elastic down- and up-sizing); --min-nproc refuses fewer. */
+ * -n, the hostfile is read again before every attempt, every host in it is
+ * probed the way mpirun would reach it, and the job runs on the slots of the
+ * hosts that answer (elastic down- and up-sizing: a host that died or dropped
+ * off the network is named with the ranks it held, and left out until it
+ * answers again); --min-nproc refuses fewer. */
 #include "supervisor.h"
+
+#include "hosts.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -24,26 +29,6 @@ static void on_signal(int sig) {
     if (g_child > 0) kill(g_child, sig);
 }
 
-int dt_hostfile_slots(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[1024];
-    int total = 0;
-    while (fgets(line, sizeof line, f)) {
-        char *h = strchr(line, '#');
-        if (h) *h = '\0';
-        char host[512];
-        if (sscanf(line, "%511s", host) != 1) continue;
-        int slots = 1;
-        char *s = strstr(line, "slots=");
-        if (s) slots = atoi(s + 6);
-        if (slots < 1) slots = 1;
-        total += slots;
-    }
-    fclose(f);
-    return total;
-}
-
 static void describe(int status, char *buf, size_t n) {
     if (WIFSIGNALED(status))
         snprintf(buf, n, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
@@ -58,6 +43,39 @@ static bool has_flag(int argc, char **argv, const char *f) {
     for (int i = 0; i < argc; i++)
         if (strcmp(argv[i], f) == 0) return true;
     return false;
+}
+
+/* The hosts of this attempt: the hostfile read again, its hosts probed; those
+ * that do not answer are named (with the ranks the last attempt gave them) and
+ * left out. Writes the hosts that answer to a new file (path) and returns
+ * their slots, or -1 after saying why the job cannot start. */
+static int attempt_hosts(const dt_supervise_cfg *cfg, int attempt, char *path, size_t pn) {
+    static dt_host hosts[DT_MAX_HOSTS];
+    int n = dt_hostfile_read(cfg->hostfile, hosts);
+    if (n <= 0) {
+        fprintf(stderr, "dtrain: --hostfile %s lists no hosts (or cannot be read)\n", cfg->hostfile);
+        return -1;
+    }
+    int lost = n > 1 || attempt > 0 ? dt_hosts_probe(hosts, n, 5.0) : 0;
+    for (int i = 0; i < n && lost; i++) {
+        if (hosts[i].reachable) continue;
+        char ranks[64];
+        dt_host_ranks(&hosts[i], ranks, sizeof ranks);
+        fprintf(stderr, "dtrain supervisor: host %s (%s in a full job) cannot be reached: %s; leaving it out\n",
+                hosts[i].name, ranks, hosts[i].why);
+    }
+    int slots = dt_hostfile_write_reachable(hosts, n, path, pn);
+    if (slots < 0) return -1;
+    if (slots < 1 || slots < cfg->min_nproc) {
+        fprintf(stderr, "dtrain: --hostfile %s: %d slot%s on hosts that answer, fewer than %s %d; not starting\n",
+                cfg->hostfile, slots, slots == 1 ? "" : "s", slots < 1 ? "the" : "--min-nproc", slots < 1 ? 1 : cfg->min_nproc);
+        unlink(path);
+        return -1;
+    }
+    if (attempt > 0)
+        fprintf(stderr, "dtrain supervisor: %s lists %d slot%s now%s\n", cfg->hostfile, slots, slots == 1 ? "" : "s",
+                lost ? " on the hosts that answer" : "");
+    return slots;
 }
 
 int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
@@ -82,24 +100,18 @@ int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
         int k = 0;
         av[k++] = self;
         for (int i = 1; i < argc; i++) av[k++] = argv[i];
-        char nbuf[32];
+        char nbuf[32], hostfile[4096] = "";
         if (cfg->hostfile && !cfg->nproc_given) {
-            int slots = dt_hostfile_slots(cfg->hostfile);
-            if (slots < 1) {
-                fprintf(stderr, "dtrain: --hostfile %s lists no slots (or cannot be read)\n", cfg->hostfile);
-                free(av);
-                return 1;
-            }
-            if (slots < cfg->min_nproc) {
-                fprintf(stderr, "dtrain: --hostfile %s lists %d slots, fewer than --min-nproc %d; not starting\n",
-                        cfg->hostfile, slots, cfg->min_nproc);
+            int slots = attempt_hosts(cfg, attempt, hostfile, sizeof hostfile);
+            if (slots < 0) {
                 free(av);
                 return 1;
             }
             snprintf(nbuf, sizeof nbuf, "%d", slots);
             av[k++] = "-n";
             av[k++] = nbuf;
-            if (attempt > 0) fprintf(stderr, "dtrain supervisor: %s lists %d slots now\n", cfg->hostfile, slots);
+            av[k++] = "--hostfile";
+            av[k++] = hostfile;
         } else if (cfg->nproc_given && cfg->nproc < cfg->min_nproc) {
             fprintf(stderr, "dtrain: -n %d is fewer than --min-nproc %d\n", cfg->nproc, cfg->min_nproc);
             free(av);
@@ -132,6 +144,7 @@ int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
         g_child = 0;
+        if (hostfile[0]) unlink(hostfile);
         if (g_stop) {
             fprintf(stderr, "dtrain supervisor: stopped by signal %d\n", (int)g_stop);
             return 128 + (int)g_stop;

@@ -9,13 +9,11 @@ typedef struct dt_supervise_cfg {
     int min_nproc;
     int nproc;            /* -n given by the user */
     bool nproc_given;
-    const char *hostfile; /* re-read before every attempt when -n is not given */
+    const char *hostfile; /* re-read and its hosts probed before every attempt when -n is not given */
     bool can_resume;      /* --ckpt-dir given: restarts add --resume auto */
     double backoff;       /* first back-off, seconds; doubles up to 30 */
 } dt_supervise_cfg;
 
-/* Total slots listed in an Open MPI hostfile ("host slots=N" lines), -1 if unreadable. */
-int dt_hostfile_slots(const char *path);
 /* Runs argv (the whole dtrain command line) under supervision; returns the exit code. */
 int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg);
 
