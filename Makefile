@@ -21,8 +21,9 @@ $(BUILD)/CMakeCache.txt: | deps
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The whole suite on the optimised build, then the suite (minus the slow
-# training-to-accuracy tests) under AddressSanitizer + UBSan.
+# The whole suite on the optimised build, then under AddressSanitizer + UBSan
+# the suite minus the slow training-to-accuracy tests and the layout matrices,
+# with tests/test_paths.sh running every code path once in their place.
 test: build
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure
 	$(MAKE) --no-print-directory test-asan
@@ -33,7 +34,7 @@ test-fast: build
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON $(CMAKE_ARGS) >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest -j $(JOBS) --output-on-failure -LE slow
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest -j $(JOBS) --output-on-failure -LE 'slow|matrix'
 
 demo: build
 	@scripts/demo.sh $(BUILD)

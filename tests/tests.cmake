@@ -1,7 +1,8 @@
 # Every tests/test_*.c is one executable and one ctest, run from tests/ so it
 # finds fixtures/. Shell tests tests/test_*.sh get the build dir as $1.
-# Tests labelled "slow" (training to an accuracy bar) are skipped in the
-# sanitizer build, where they would take too long.
+# Tests labelled "slow" (training to an accuracy bar) and "matrix" (the same
+# paths in many layouts) are skipped in the sanitizer build, which runs
+# test_paths (every path once) instead.
 file(GLOB DT_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.c)
 foreach(src ${DT_TEST_SOURCES})
   get_filename_component(name ${src} NAME_WE)
@@ -16,6 +17,11 @@ endforeach()
 file(GLOB DT_TEST_SCRIPTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/test_*.sh)
 foreach(script ${DT_TEST_SCRIPTS})
   get_filename_component(name ${script} NAME_WE)
+  # test_paths runs every code path once for the sanitizer build, in place of
+  # the matrix tests below; the optimised build runs the matrices themselves.
+  if(name STREQUAL "test_paths" AND NOT DT_SANITIZE)
+    continue()
+  endif()
   add_test(NAME ${name} COMMAND bash ${script} ${CMAKE_BINARY_DIR} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
   set_tests_properties(${name} PROPERTIES
     ENVIRONMENT "OPENBLAS_NUM_THREADS=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0"
@@ -25,6 +31,15 @@ endforeach()
 foreach(slow test_train_slow test_ps_slow test_async_slow test_compress_slow)
   if(TEST ${slow})
     set_tests_properties(${slow} PROPERTIES LABELS slow)
+  endif()
+endforeach()
+# Matrix tests: many runs of each code path, to show that every layout gives
+# the same numbers. The sanitizer pass leaves them out (-LE matrix) and runs
+# test_paths, every path once, instead: under ASan a run costs 3-4x, and the
+# numbers are the optimised build's to check.
+foreach(matrix test_dp test_pp test_tp test_ckpt test_ps test_async test_compress_train test_cluster)
+  if(TEST ${matrix})
+    set_tests_properties(${matrix} PROPERTIES LABELS matrix)
   endif()
 endforeach()
 

@@ -59,7 +59,8 @@ dt_status dt_topology_learn(dt_comm *world) {
     char mine[DT_HOST_NAME] = {0};
     int len = 0;
     char buf[MPI_MAX_PROCESSOR_NAME + 1] = {0};
-    if (MPI_Get_processor_name(buf, &len) == MPI_SUCCESS && len > 0) snprintf(mine, sizeof mine, "%s", buf);
+    if (MPI_Get_processor_name(buf, &len) == MPI_SUCCESS && len > 0)
+        memcpy(mine, buf, (size_t)(len < DT_HOST_NAME - 1 ? len : DT_HOST_NAME - 1));
     else own_name(mine);
     char(*all)[DT_HOST_NAME] = dt_calloc((size_t)world->size, DT_HOST_NAME);
     if (!all) return dt_errorf(DT_ERR_NOMEM, "host table of %d ranks: out of memory", world->size);

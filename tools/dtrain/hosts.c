@@ -121,7 +121,7 @@ int dt_hosts_probe(dt_host *hosts, int n, double seconds) {
             if (pid[i] <= 0) continue;
             int status = 0;
             if (waitpid(pid[i], &status, WNOHANG) == 0) continue; /* still asking */
-            char out[512] = "";
+            char out[200] = "";
             ssize_t got = read(fd[i], out, sizeof out - 1);
             out[got > 0 ? got : 0] = '\0';
             out[strcspn(out, "\n")] = '\0';
