@@ -18,8 +18,9 @@
 # State lives in $DTRAIN_CLUSTER_DIR (default /run/dtrain-cluster): the host
 # file, the rsh agent Open MPI uses to start a host's daemon inside its
 # namespaces, `env` (the MCA settings that keep MPI's TCP on the cluster links
-# and shared memory inside a host), hosts/nodeK/local (that host's local disk,
-# by convention its own), shared/ (the network file system), slurm/ and munge/.
+# and shared memory inside a host), local/ (where each host sees its own local
+# disk, hosts/nodeK/local: a bind mount in the host's commands' own mount
+# namespaces), shared/ (the network file system), slurm/ and munge/.
 # Refusals exit 2 with one line. docs/CLUSTER.md is the user's guide.
 set -u
 me=cluster
@@ -71,7 +72,11 @@ in_host() {
   local h=$1; shift
   # shellcheck disable=SC1091
   source "$state/env"
-  exec ip netns exec "$(ns_of "$h")" nsenter --uts="$state/uts/$h" -- "$@"
+  [ "$h" = head ] && exec ip netns exec "$(ns_of "$h")" nsenter --uts="$state/uts/$h" -- "$@"
+  # ip netns exec gives the command a mount namespace of its own: the host's
+  # local disk appears at $state/local there, and to no other host.
+  exec ip netns exec "$(ns_of "$h")" nsenter --uts="$state/uts/$h" -- \
+    /bin/sh -c 'mount --bind "$1" "$2" || exit 1; shift 2; exec "$@"' sh "$state/hosts/$h/local" "$state/local" "$@"
 }
 # host_pids H: every process in H's network namespace
 host_pids() { ip netns pids "$(ns_of "$1")" 2>/dev/null; }
@@ -110,6 +115,14 @@ cmd_down() {
 }
 
 # ---- up ---------------------------------------------------------------------
+# The cluster speaks IPv4 only: a link brought back up would otherwise hold a
+# tentative IPv6 address for a second or two, and MPI, which may pick it,
+# fails to connect meanwhile.
+ipv4_only() {
+  ip netns exec "$1" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6' 2>/dev/null
+  return 0
+}
+
 # isolated: every namespace holds only the cluster's own links and routes, and
 # the machine's namespace holds none of them
 isolated() {
@@ -163,8 +176,9 @@ cmd_up() {
   cmd_down
   trap 'cmd_down' EXIT
   trap 'exit 130' INT TERM HUP
-  mkdir -p "$state"/uts "$state"/shared && chmod 755 "$state" || refuse "cannot create $state"
+  mkdir -p "$state"/uts "$state"/shared "$state"/local && chmod 755 "$state" || refuse "cannot create $state"
   err=$(ip netns add "${P}sw" 2>&1) || refuse "cannot create a network namespace (are namespaces available here?): ${err//$'\n'/ }"
+  ipv4_only "${P}sw"
   touch "$state/uts/head"
   err=$(unshare --uts="$state/uts/head" hostname head 2>&1) || refuse "cannot create a UTS namespace: ${err//$'\n'/ }"
   {
@@ -175,7 +189,7 @@ cmd_up() {
   } || refuse "cannot build the switch in ${P}sw"
   for k in $(seq 1 "$n"); do
     local h=node$k
-    ip netns add "$P$h" && ip -n "$P$h" link set lo up &&
+    ip netns add "$P$h" && ipv4_only "$P$h" && ip -n "$P$h" link set lo up &&
       ip -n "${P}sw" link add "p$k" type veth peer name cl0 netns "$P$h" &&
       ip -n "${P}sw" link set "p$k" master br0 up &&
       ip -n "$P$h" addr add "$NET.$k/24" dev cl0 &&
@@ -212,12 +226,15 @@ write_agent() {
 # Open MPI's rsh agent for the emulated cluster: skip the options, take the
 # host name, run the command line inside that host's namespaces.
 while [ \$# -gt 0 ]; do case \$1 in -*) shift ;; *) break ;; esac; done
-h=\$1; shift
+h=\$1
 case \$h in node[1-9]) ;; *) echo "cluster rsh: no host '\$h' in this cluster" >&2; exit 255 ;; esac
 # as ssh would find it: a host whose link is down (dead, frozen, cut off) does not answer
 ip -n ${P}sw -o link show "p\${h#node}" 2>/dev/null | grep -q ',UP' ||
   { echo "cluster rsh: connect to host \$h: No route to host (its link is down)" >&2; exit 255; }
-exec ip netns exec "$P\$h" nsenter --uts="$state/uts/\$h" -- /bin/sh -c "\$*"
+shift
+# the host's local disk at $state/local, in this command's own mount namespace
+exec ip netns exec "$P\$h" nsenter --uts="$state/uts/\$h" -- \\
+  /bin/sh -c 'mount --bind "\$1" "\$2" || exit 1; shift 2; exec /bin/sh -c "\$*"' sh "$state/hosts/\$h/local" "$state/local" "\$@"
 EOF
   chmod 755 "$state/rsh"
   cat > "$state/env" <<EOF
@@ -241,8 +258,8 @@ start_slurm() {
   local n=$1 slots=$2 s=$state/slurm m=$state/munge k
   mkdir -p "$s/ctld" "$m" && chmod 700 "$m"
   dd if=/dev/urandom of="$m/munge.key" bs=1024 count=1 status=none && chmod 400 "$m/munge.key"
-  ip netns exec "${P}sw" munged --force --socket="$m/munge.socket" --key-file="$m/munge.key" \
-    --pid-file="$m/munged.pid" --log-file="$m/munged.log" --seed-file="$m/munge.seed" ||
+  ip netns exec "${P}sw" nsenter --uts="$state/uts/head" -- munged --force --socket="$m/munge.socket" --key-file="$m/munge.key" \
+    --pid-file="$m/munged.pid" --log-file="$m/munged.log" --seed-file="$m/munge.seed" 2>> "$m/munged.log" ||
     { echo "$me: munged did not start: $(tail -2 "$m/munged.log" 2>/dev/null)" >&2; return 1; }
   {
     echo "ClusterName=dtrain"
@@ -349,8 +366,16 @@ main() {
       [ "${2:-}" = --wipe ] && { rm -rf "$state/hosts/$1/local" && mkdir -p "$state/hosts/$1/local"; }
       return 0 ;;
     boot)
+      # A booted host starts with an empty neighbour table, and its first
+      # (gratuitous) ARP refreshes its peers' entries for it.
       need_up; [ $# -eq 1 ] || refuse "usage: boot HOST"; check_host "$1"
-      kill_host "$1" KILL; clean_ompi "$1"; cmd_link "$1" up ;;
+      [ "$1" = head ] && refuse "head is the switch; boot a host"
+      kill_host "$1" KILL; clean_ompi "$1"; cmd_link "$1" up
+      ip -n "$P$1" neigh flush dev cl0 2>/dev/null
+      for k in $(seq 1 "$(hosts_up)"); do
+        [ "node$k" = "$1" ] || ip -n "${P}node$k" neigh del "$NET.${1#node}" dev cl0 2>/dev/null
+      done
+      return 0 ;;
     freeze)
       need_up; [ $# -eq 1 ] || refuse "usage: freeze HOST"; check_host "$1"
       cmd_link "$1" down; kill_host "$1" STOP ;;

@@ -77,6 +77,7 @@ static const row rows[] = {
     {"ckpt-dir", "/tmp/c", "/tmp/c", NULL, NULL},
     {"ckpt-every", "5", "5", "-5", "--ckpt-every -5 is out of range"},
     {"ckpt-keep", "0", "0", "x", "--ckpt-keep expects an integer"},
+    {"ckpt-replicas", "2", "2", "8", "--ckpt-replicas 8 is out of range [0, 7]"},
     {"resume", "auto", "auto", NULL, NULL},
 };
 enum { N_ROWS = sizeof rows / sizeof rows[0] };

@@ -62,6 +62,11 @@ typedef struct dt_ckpt_shard {
 } dt_ckpt_shard;
 
 /* ---- writing ---------------------------------------------------------------- */
+/* DIR/ckpt-<step, ten digits> into buf: the directory of one checkpoint. */
+void dt_ckpt_dir_name(char *buf, size_t n, const char *dir, int64_t step);
+/* Creates dir and its missing parents, like mkdir -p. */
+dt_status dt_ckpt_mkdir_p(const char *dir);
+
 typedef struct dt_ckpt_writer dt_ckpt_writer;
 
 /* dir: --ckpt-dir (created if missing). keep: how many complete checkpoints to
@@ -83,6 +88,27 @@ dt_status dt_ckpt_save_async(dt_ckpt_writer *w, const dt_model *m, const dt_opti
 dt_status dt_ckpt_flush(dt_ckpt_writer *w);
 /* Seconds the step loop spent taking snapshots (and waiting on back-pressure). */
 double dt_ckpt_blocking_seconds(const dt_ckpt_writer *w);
+
+/* When the ranks do not share the checkpoint directory (each host writes to its
+ * own local disk), the writers meet through this hook instead of the file
+ * system; the trainer implements it over a communicator (src/train/ckpt_net.c).
+ * Every rank persists every checkpoint (a rank that writes no file too), on the
+ * writer thread, in this order:
+ *   exchange: path/bytes of this rank's file (NULL, -1: none); afterwards
+ *     sizes[q] is world rank q's file size (-1: none) on every rank, and each
+ *     file has also been written to the replica hosts' cdir;
+ *   manifest: rank 0 has written cdir/manifest.json at mpath; every host's
+ *     lead rank writes the same manifest into its own cdir.
+ * host_lead: this rank prunes old checkpoints of its host's directory. */
+typedef struct dt_ckpt_net {
+    void *ctx;
+    bool host_lead;
+    dt_status (*exchange)(void *ctx, const char *cdir, const char *path, int64_t bytes, int64_t *sizes);
+    dt_status (*manifest)(void *ctx, const char *cdir, const char *mpath);
+} dt_ckpt_net;
+/* Installs net (copied; NULL: a shared directory, the default) before the
+ * first save. */
+void dt_ckpt_writer_set_net(dt_ckpt_writer *w, const dt_ckpt_net *net);
 
 /* ---- reading ---------------------------------------------------------------- */
 /* Checks a checkpoint directory completely: manifest, every file, every

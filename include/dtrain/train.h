@@ -62,6 +62,8 @@ typedef struct dt_train_cfg {
     const char *ckpt_dir;    /* NULL: no checkpoints */
     int64_t ckpt_every;      /* steps between checkpoints (0: only at the end) */
     int ckpt_keep;           /* complete checkpoints kept (0: all) [3] */
+    int ckpt_replicas;       /* each host's checkpoint files also kept on this many other hosts,
+                                when ckpt_dir is local to each host [0] */
     const char *resume;      /* NULL, "auto" (newest valid in ckpt_dir) or a checkpoint path */
     const char *config_json; /* the flags as JSON, stored in checkpoints (may be NULL) */
     /* pipeline and tensor parallelism: the world is pp x dp x tp (tp fastest) */
@@ -105,6 +107,7 @@ typedef struct dt_train_result {
     uint64_t bytes_sent;     /* whole run, this rank */
     int64_t resumed_from;    /* step of the checkpoint resumed from, -1 if none */
     double ckpt_blocking_s;  /* time the step loop spent on checkpoint snapshots */
+    double ckpt_replica_bytes; /* checkpoint replicas sent to other hosts, all ranks together */
     double pp_idle_frac;     /* pipeline: largest idle fraction of any stage */
     /* Parameter server (ASP/SSP): workers dropped as lost, known to every rank
      * still there at the end. 0 normally; when > 0 the job cannot end through

@@ -14,8 +14,6 @@
 
 /* Name of optimizer state tensor i of optimizer k ("exp_avg", ...). */
 const char *dt_ckpt_state_name(dt_optim_kind k, int i);
-/* DIR/ckpt-<step, ten digits> into buf. */
-void dt_ckpt_dir_name(char *buf, size_t n, const char *dir, int64_t step);
 /* CDIR/rank-<rank, five digits>.safetensors into buf. */
 void dt_ckpt_rank_file(char *buf, size_t n, const char *cdir, int rank);
 
@@ -35,6 +33,7 @@ struct dt_ckpt_writer {
     dt_status last;
     char last_msg[1024];
     double blocking_s;
+    dt_ckpt_net net;          /* net.exchange NULL: a shared directory */
 
     /* the snapshot */
     const dt_model *model;
@@ -52,8 +51,6 @@ struct dt_ckpt_writer {
     dt_ckpt_state state;
 };
 
-/* Creates dir and its missing parents, like mkdir -p (ckpt_persist.c). */
-dt_status dt_ckpt_mkdir_p(const char *dir);
 /* Writes the snapshot in w: this rank's file; on rank 0 also the manifest once
  * every writer's file is there, then prunes old checkpoints (ckpt_persist.c).
  * Runs on the writer thread. */

@@ -343,10 +343,62 @@ static void prune(const dt_ckpt_writer *w) {
     }
 }
 
+/* The writers' files as the manifest lists them, from the sizes the net
+ * exchanged (the lead cannot see the other hosts' disks). */
+static dt_status files_from_sizes(const dt_ckpt_writer *w, const char *cdir, const int64_t *sizes, json_t **files) {
+    *files = json_array();
+    for (int wi = 0; wi < w->n_writers; wi++) {
+        int r = w->writers[wi];
+        if (sizes[r] < 0)
+            return dt_errorf(DT_ERR_IO, "checkpoint at step %lld: rank %d wrote no file into %s; the checkpoint stays incomplete",
+                             (long long)w->state.step, r, cdir);
+        char path[4200];
+        dt_ckpt_rank_file(path, sizeof path, cdir, r);
+        json_t *f = json_object();
+        json_object_set_new(f, "name", json_string(strrchr(path, '/') + 1));
+        json_object_set_new(f, "bytes", json_integer((json_int_t)sizes[r]));
+        json_array_append_new(*files, f);
+    }
+    return DT_OK;
+}
+
+/* A directory per host: every rank takes part (the net moves sizes, replicas
+ * and the manifest); each host's lead prunes its own directory. */
+static dt_status persist_net(dt_ckpt_writer *w, const char *cdir) {
+    char path[4200];
+    int64_t bytes = -1;
+    dt_status st = dt_ckpt_mkdir_p(cdir);
+    if (!st && w->writes) {
+        dt_ckpt_rank_file(path, sizeof path, cdir, w->rank);
+        struct stat sb;
+        if (!(st = write_rank_file(w, cdir))) bytes = stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+    }
+    int64_t *sizes = dt_calloc((size_t)w->world, sizeof(int64_t));
+    if (!sizes) return st ? st : dt_errorf(DT_ERR_NOMEM, "out of memory");
+    /* A rank whose write failed still takes part, so the others do not wait
+     * for it; its -1 makes the lead leave the checkpoint incomplete. */
+    dt_status xs = w->net.exchange(w->net.ctx, cdir, w->writes && !st ? path : NULL, st ? -1 : bytes, sizes);
+    if (!st) st = xs;
+    json_t *files = NULL;
+    char mpath[4200] = "";
+    if (!st && w->rank == 0 && !(st = files_from_sizes(w, cdir, sizes, &files))) {
+        st = write_manifest(w, cdir, files);
+        snprintf(mpath, sizeof mpath, "%s/" MANIFEST, cdir);
+    } else {
+        json_decref(files);
+    }
+    dt_free(sizes);
+    dt_status ms = w->net.manifest(w->net.ctx, cdir, st ? NULL : mpath);
+    if (!st) st = ms;
+    if (!st && w->net.host_lead && w->keep > 0) prune(w);
+    return st;
+}
+
 dt_status dt_ckpt_persist(dt_ckpt_writer *w) {
-    if (!w->writes) return DT_OK;
     char cdir[4096];
     dt_ckpt_dir_name(cdir, sizeof cdir, w->dir, w->state.step);
+    if (w->net.exchange) return persist_net(w, cdir);
+    if (!w->writes) return DT_OK;
     dt_status st = dt_ckpt_mkdir_p(cdir);
     if (!st) st = write_rank_file(w, cdir);
     if (st || w->rank != 0) return st;

@@ -112,6 +112,11 @@ dt_status dt_ckpt_flush(dt_ckpt_writer *w) { return w ? wait_idle(w) : DT_OK; }
 
 double dt_ckpt_blocking_seconds(const dt_ckpt_writer *w) { return w ? w->blocking_s : 0; }
 
+void dt_ckpt_writer_set_net(dt_ckpt_writer *w, const dt_ckpt_net *net) {
+    if (net) w->net = *net;
+    else memset(&w->net, 0, sizeof w->net);
+}
+
 /* The parameters: rank 0's whole tensors (mask) or the shard's runs
  * (params_too) need m->w as it is now; the buffer is kept between saves. */
 static dt_status snapshot_params(dt_ckpt_writer *w, const dt_model *m, const dt_ckpt_shard *shard,

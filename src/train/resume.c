@@ -92,7 +92,10 @@ dt_status tr_resume(tr_run *r) {
     r->res->resumed_from = -1;
     if (!r->c->resume) return DT_OK;
     char path[4096];
-    if (!tr_resume_path(r->c, r->lead, path, sizeof path)) return DT_OK;
+    bool found = false;
+    dt_status gs = r->ck.net ? tr_ckpt_gather(r, path, sizeof path, &found) : DT_OK;
+    if (gs) return gs;
+    if (!(r->ck.net ? found : tr_resume_path(r->c, r->lead, path, sizeof path))) return DT_OK;
     /* With tensor parallelism the checkpoint's logical tensors are loaded into
      * the unsharded model, and this rank takes its shards. */
     dt_model *lm = r->TP > 1 ? r->full : r->m;

@@ -35,6 +35,7 @@ typedef struct tr_ckpt {
     int n_parts;
     dt_ckpt_part parts[4];   /* state owners: optimizer shard, sampler, robust aggregation, compression */
     dt_dp_part_ctx dpp;
+    struct tr_net *net;      /* ckpt_dir is each host's own: how the writers meet (ckpt_net.c) */
 } tr_ckpt;
 
 typedef struct tr_attack {
@@ -111,6 +112,18 @@ bool tr_resume_path(const dt_train_cfg *c, bool lead, char *path, size_t n);
 dt_status tr_same_run(const dt_train_cfg *c, const char *path, const dt_ckpt_state *s);
 dt_status tr_resume(tr_run *r);
 dt_status tr_ckpt_open(tr_run *r);
+/* Whether --ckpt-dir is one directory for all ranks or one per host (then
+ * r->ck.net); collective over the world (ckpt_net.c). */
+dt_status tr_ckpt_storage(tr_run *r);
+/* Hands r->ck.net to the writer (after tr_ckpt_open); frees it (after the writer). */
+void tr_ckpt_net_attach(tr_run *r);
+void tr_ckpt_net_free(tr_run *r);
+/* Bytes of checkpoint replicas this rank sent to other hosts. */
+uint64_t tr_ckpt_replica_bytes(const tr_run *r);
+/* Resume with per-host directories: assembles the newest checkpoint the hosts
+ * present hold together (or --resume's) on every host; path gets its directory
+ * and *found whether there is one (ckpt_gather.c). Collective. */
+dt_status tr_ckpt_gather(tr_run *r, char *path, size_t n, bool *found);
 dt_status tr_ckpt_maybe_save(tr_run *r, int64_t step);
 /* The unsharded model's weights from every rank's part (tp/pp; collective). */
 dt_status tr_gather_weights(tr_run *r);

@@ -259,6 +259,7 @@ dt_status tr_setup_strategy(tr_run *r) {
 
 void tr_free(tr_run *r) {
     dt_ckpt_writer_destroy(r->ck.w);
+    tr_ckpt_net_free(r);
     dt_free(r->ck.writers);
     dt_free(r->ck.pmask);
     for (int k = 0; k < 4; k++) dt_free(r->ck.gbuf[k]);

@@ -58,7 +58,9 @@ dt_status tr_ckpt_open(tr_run *r) {
         for (int i = 0; i < 4; i++)
             if (!(k->gbuf[i] = dt_alloc_floats(len[i]))) return dt_errorf(DT_ERR_NOMEM, "out of memory for checkpoint buffers");
     }
-    return dt_ckpt_writer_create(&k->w, c->ckpt_dir, r->rank, r->n, k->writers, n_writers, c->ckpt_keep, 10 * c->timeout);
+    dt_status st = dt_ckpt_writer_create(&k->w, c->ckpt_dir, r->rank, r->n, k->writers, n_writers, c->ckpt_keep, 10 * c->timeout);
+    if (!st) tr_ckpt_net_attach(r);
+    return st;
 }
 
 /* Tensor parallelism: logical parameters and optimizer state gathered to rank
@@ -79,7 +81,12 @@ static dt_status save_gathered(tr_run *r, const dt_ckpt_snapshot *snap) {
     dt_status st = gather_logical(r, r->m->w, r->full->w, r->replica == 0);
     if (!st) st = gather_logical(r, k->gbuf[0], k->gbuf[2], owns);
     if (!st) st = gather_logical(r, k->gbuf[1], k->gbuf[3], owns);
-    if (st || r->rank != 0) return st;
+    if (st) return st;
+    if (r->rank != 0) {
+        /* Per-host directories: every rank takes part in every persist. */
+        dt_ckpt_shard none = {0};
+        return k->net ? dt_ckpt_save_async(k->w, r->m, o, &none, NULL, cs) : DT_OK;
+    }
     dt_optim fo = *o;
     fo.n = r->full->n;
     fo.m = o->m ? k->gbuf[2] : NULL;

@@ -1,0 +1,232 @@
+/* Checkpoints on per-host local disks, with replicas on other hosts.
+ *
+ * At start-up the ranks find out whether --ckpt-dir is one directory for all
+ * (a shared file system) or one per host: rank 0 leaves a probe file there
+ * and every rank looks for it. Per host, the checkpoint writers meet over a
+ * communicator of their own (the writer thread's, split from the world)
+ * instead of the file system (dt_ckpt_net):
+ *   - the file sizes: one all-reduce of p doubles;
+ *   - replicas (--ckpt-replicas R): every file also goes to the lead rank of
+ *     each of the R next hosts (host order, wrapping), which writes it to its
+ *     own disk: R x (the checkpoint's bytes) on the network per checkpoint,
+ *     so a checkpoint survives the loss of any R hosts;
+ *   - the manifest, written by rank 0, is broadcast to every host's lead.
+ * At resume, each host's lead lists what its disk holds; rank 0 picks the
+ * newest checkpoint that the hosts present can assemble together and sends
+ * out a plan; the files each host lacks are copied to it; then every rank
+ * loads from its own disk as from a shared one (checksums verified). Cost of
+ * a resume: the inventories (a few bytes per file) plus, per host, the
+ * checkpoint's bytes it lacks. */
+#include "ckpt_net.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TAG_REPLICA 0x7f00
+
+/* ---- files --------------------------------------------------------------------- */
+
+dt_status tr_net_read_file(const char *path, char **buf, int64_t bytes) {
+    *buf = dt_malloc((size_t)(bytes > 0 ? bytes : 1));
+    if (!*buf) return dt_errorf(DT_ERR_NOMEM, "out of memory for %s (%lld bytes)", path, (long long)bytes);
+    FILE *f = fopen(path, "rb");
+    size_t got = f ? fread(*buf, 1, (size_t)bytes, f) : 0;
+    if (f) fclose(f);
+    if (!f || (int64_t)got != bytes) return dt_errorf(DT_ERR_IO, "cannot read %s: %s", path, f ? "short read" : strerror(errno));
+    return DT_OK;
+}
+
+/* dir/name, written whole or not at all (temporary file, fsync, rename). */
+dt_status tr_net_write_file(const char *dir, const char *name, const char *buf, int64_t bytes) {
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.part", path);
+    dt_status st = dt_ckpt_mkdir_p(dir);
+    if (st) return st;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return dt_errorf(DT_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    int64_t off = 0;
+    while (off < bytes) {
+        ssize_t w = write(fd, buf + off, (size_t)(bytes - off));
+        if (w <= 0) break;
+        off += w;
+    }
+    bool ok = off == bytes && fsync(fd) == 0;
+    int e = errno;
+    close(fd);
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return dt_errorf(DT_ERR_IO, "cannot write %s: %s", path, strerror(ok ? errno : e));
+    }
+    return DT_OK;
+}
+
+static void file_name(char *buf, size_t n, int rank) { snprintf(buf, n, "rank-%05d.safetensors", rank); }
+
+/* ---- the writer's hooks ------------------------------------------------------------ */
+
+/* Does host h keep a replica of host s's files? */
+static bool keeps(const struct tr_net *t, int h, int s) {
+    int d = (h - s + t->nhosts) % t->nhosts;
+    return d >= 1 && d <= t->R;
+}
+
+static dt_status net_exchange(void *ctx, const char *cdir, const char *path, int64_t bytes, int64_t *sizes) {
+    struct tr_net *t = ctx;
+    double *v = dt_calloc((size_t)t->n, sizeof(double));
+    if (!v) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    v[t->rank] = (double)(bytes + 1);
+    dt_status st = dt_allreduce_f64(t->c, v, (size_t)t->n);
+    for (int q = 0; q < t->n; q++) sizes[q] = (int64_t)v[q] - 1;
+    dt_free(v);
+    if (st || t->R == 0) return st;
+    int me = t->host[t->rank];
+    bool lead = t->lead[me] == t->rank;
+    char *mine = NULL, **in = dt_calloc((size_t)t->n, sizeof(char *));
+    dt_req *reqs = dt_calloc((size_t)(t->n + t->R) + 1, sizeof(dt_req));
+    int nr = 0;
+    if (!in || !reqs) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+    if (!st && path && bytes >= 0 && !(st = tr_net_read_file(path, &mine, bytes)))
+        for (int k = 1; k <= t->R && !st; k++) {
+            int to = t->lead[(me + k) % t->nhosts];
+            st = dt_isend(t->c, mine, (size_t)bytes, to, TAG_REPLICA, &reqs[nr++]);
+            t->replica_bytes += (uint64_t)bytes;
+        }
+    for (int q = 0; q < t->n && !st && lead; q++) {
+        if (sizes[q] < 0 || !keeps(t, me, t->host[q])) continue;
+        if (!(in[q] = dt_malloc((size_t)(sizes[q] > 0 ? sizes[q] : 1)))) st = dt_errorf(DT_ERR_NOMEM, "out of memory for a replica");
+        else st = dt_irecv(t->c, in[q], (size_t)sizes[q], q, TAG_REPLICA, &reqs[nr++]);
+    }
+    if (!st) st = dt_waitall(t->c, reqs, nr, "checkpoint replicas");
+    for (int q = 0; q < t->n && !st && lead; q++) {
+        if (!in[q]) continue;
+        char name[64];
+        file_name(name, sizeof name, q);
+        st = tr_net_write_file(cdir, name, in[q], sizes[q]);
+    }
+    for (int q = 0; in && q < t->n; q++) dt_free(in[q]);
+    dt_free(in);
+    dt_free(reqs);
+    dt_free(mine);
+    return st;
+}
+
+static dt_status net_manifest(void *ctx, const char *cdir, const char *mpath) {
+    struct tr_net *t = ctx;
+    int64_t len = 0;
+    char *text = NULL;
+    dt_status st = DT_OK;
+    struct stat sb;
+    if (t->rank == 0 && mpath && *mpath && stat(mpath, &sb) == 0) {
+        len = (int64_t)sb.st_size;
+        st = tr_net_read_file(mpath, &text, len);
+        if (st) len = 0;
+    }
+    dt_status bs = dt_bcast(t->c, &len, sizeof len, 0, DT_ALGO_AUTO);
+    if (!bs && len > 0 && t->rank != 0 && !(text = dt_malloc((size_t)len))) bs = dt_errorf(DT_ERR_NOMEM, "out of memory");
+    if (!bs && len > 0) bs = dt_bcast(t->c, text, (size_t)len, 0, DT_ALGO_AUTO);
+    int me = t->host[t->rank];
+    if (!bs && len > 0 && t->rank != 0 && t->lead[me] == t->rank && me != t->host[0]) bs = tr_net_write_file(cdir, "manifest.json", text, len);
+    dt_free(text);
+    return st ? st : bs;
+}
+
+/* ---- set-up ------------------------------------------------------------------------ */
+
+/* Is dir one directory for every rank? Rank 0 leaves a probe file in it. */
+static dt_status dir_shared(dt_comm *world, const char *dir, bool *shared) {
+    char probe[4200] = "";
+    dt_status st = dt_ckpt_mkdir_p(dir);
+    int rank = dt_comm_rank(world);
+    if (rank == 0 && !st) {
+        snprintf(probe, sizeof probe, "%s/.dtrain-probe-XXXXXX", dir);
+        int fd = mkstemp(probe);
+        if (fd < 0) st = dt_errorf(DT_ERR_IO, "cannot write in --ckpt-dir %s: %s", dir, strerror(errno));
+        else close(fd);
+    }
+    char name[64] = "";
+    if (rank == 0 && !st) snprintf(name, sizeof name, "%s", strrchr(probe, '/') + 1);
+    double v[2] = {st ? 1.0 : 0.0, 0.0};
+    dt_status bs = dt_bcast(world, name, sizeof name, 0, DT_ALGO_AUTO);
+    char mine[4300];
+    snprintf(mine, sizeof mine, "%s/%s", dir, name);
+    v[1] = name[0] && access(mine, F_OK) == 0 ? 0.0 : 1.0;
+    if (!bs) bs = dt_allreduce_f64(world, v, 2);
+    if (rank == 0 && probe[0]) unlink(probe);
+    if (st || bs) return st ? st : bs;
+    if (v[0] > 0) return dt_errorf(DT_ERR_IO, "cannot write in --ckpt-dir %s", dir);
+    *shared = v[1] == 0;
+    return DT_OK;
+}
+
+dt_status tr_ckpt_storage(tr_run *r) {
+    const dt_train_cfg *c = r->c;
+    if (!c->ckpt_dir || r->n < 2) return DT_OK;
+    int nh = dt_comm_nhosts(r->world);
+    bool shared = true;
+    dt_status st = nh > 1 ? dir_shared(r->world, c->ckpt_dir, &shared) : DT_OK;
+    if (st) return st;
+    if (shared) {
+        if (c->ckpt_replicas > 0 && r->lead)
+            dt_log(DT_LOG_INFO, "--ckpt-replicas %d: %s: no replica is needed", c->ckpt_replicas,
+                   nh > 1 ? "the checkpoint directory is one for every host (a shared file system)" : "every rank is on one host");
+        return DT_OK;
+    }
+    struct tr_net *t = dt_calloc(1, sizeof *t);
+    if (!t || !(t->host = dt_calloc((size_t)r->n, sizeof(int))) || !(t->lead = dt_calloc((size_t)nh, sizeof(int)))) {
+        r->ck.net = t;
+        return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    }
+    r->ck.net = t;
+    t->rank = r->rank;
+    t->n = r->n;
+    t->nhosts = nh;
+    for (int h = 0; h < nh; h++) t->lead[h] = -1;
+    for (int q = 0; q < r->n; q++) {
+        t->host[q] = dt_comm_host_index(r->world, q);
+        if (t->lead[t->host[q]] < 0) t->lead[t->host[q]] = q;
+    }
+    t->R = c->ckpt_replicas < nh - 1 ? c->ckpt_replicas : nh - 1;
+    if (r->lead) {
+        if (c->ckpt_replicas > t->R)
+            dt_log(DT_LOG_INFO, "--ckpt-replicas %d: only %d other host%s, so %d replica%s", c->ckpt_replicas, nh - 1,
+                   nh == 2 ? "" : "s", t->R, t->R == 1 ? "" : "s");
+        char next[32] = "host";
+        if (t->R > 1) snprintf(next, sizeof next, "%d hosts", t->R);
+        if (t->R)
+            dt_log(DT_LOG_INFO, "%s is local to each of the %d hosts: every host keeps its ranks' checkpoint files, and a copy of them on the next %s",
+                   c->ckpt_dir, nh, next);
+        else
+            dt_log(DT_LOG_WARN, "%s is local to each of the %d hosts and --ckpt-replicas is 0: the checkpoint files of a host that is lost are lost with it",
+                   c->ckpt_dir, nh);
+    }
+    return dt_comm_split(r->world, 0, r->rank, &t->c);
+}
+
+void tr_ckpt_net_attach(tr_run *r) {
+    struct tr_net *t = r->ck.net;
+    if (!t || !r->ck.w) return;
+    dt_comm_set_timeout(t->c, 10 * r->c->timeout);
+    dt_ckpt_net net = {.ctx = t, .host_lead = t->lead[t->host[t->rank]] == t->rank,
+                       .exchange = net_exchange, .manifest = net_manifest};
+    dt_ckpt_writer_set_net(r->ck.w, &net);
+}
+
+uint64_t tr_ckpt_replica_bytes(const tr_run *r) { return r->ck.net ? r->ck.net->replica_bytes : 0; }
+
+void tr_ckpt_net_free(tr_run *r) {
+    struct tr_net *t = r->ck.net;
+    if (!t) return;
+    dt_comm_destroy(t->c);
+    dt_free(t->host);
+    dt_free(t->lead);
+    dt_free(t);
+    r->ck.net = NULL;
+}

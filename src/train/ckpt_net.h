@@ -1,0 +1,21 @@
+/* Private to src/train: checkpoints on per-host local disks (ckpt_net.c: the
+ * writer's hooks and set-up; ckpt_gather.c: assembling a checkpoint at resume). */
+#ifndef DTRAIN_TRAIN_CKPT_NET_H
+#define DTRAIN_TRAIN_CKPT_NET_H
+
+#include "run.h"
+
+struct tr_net {
+    dt_comm *c;          /* the writer thread's communicator (split from the world) */
+    int rank, n, nhosts, R;
+    int *host;           /* rank -> host (0..nhosts-1) */
+    int *lead;           /* host -> its lowest rank, which writes what the host receives */
+    uint64_t replica_bytes;
+};
+
+/* The whole file at path (bytes long) into a new buffer (*buf, dt_free). */
+dt_status tr_net_read_file(const char *path, char **buf, int64_t bytes);
+/* dir/name written whole or not at all (temporary file, fsync, rename). */
+dt_status tr_net_write_file(const char *dir, const char *name, const char *buf, int64_t bytes);
+
+#endif
