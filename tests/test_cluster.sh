@@ -65,6 +65,17 @@ run one_host -n 4 --zero 1 $M && in_cluster two_hosts -n 4 --zero 1 $M && {
     ok "2 hosts x 2 ranks, ZeRO-1 = 4 ranks on one host bit for bit; $crossed bytes left node2; $(grep -o '4 ranks on 2 hosts.*' "$tmp/two_hosts.log")"
   else fail "2 hosts vs 1 host ($crossed bytes from node2):"; head -3 "$tmp/two_hosts.log" | indent; fi; }
 
+# ---- every strategy across the 2 hosts = the same layout on one host, bit for bit --------
+# (tensor parallelism inside a host, pipeline stages across them, the parameter
+# server's 2 servers on node2, compression on the wire)
+for lay in "--zero 2" "--tp 2 --zero 1" "--pp 2 --micro-batches 2" "--strategy ps --servers 2 --consistency bsp" "--compress topk:0.05"; do
+  k=$(tr -dc 'a-z0-9' <<<"$lay")
+  run "one_$k" -n 4 $lay $M && in_cluster "two_$k" -n 4 $lay $M && {
+    if cmp -s "$tmp/one_$k/model.safetensors" "$tmp/two_$k/model.safetensors" && [ "$(losses "$tmp/one_$k")" = "$(losses "$tmp/two_$k")" ]; then
+      ok "$lay: 2 hosts x 2 ranks = one host, bit for bit"
+    else fail "$lay: 2 hosts vs one host: $("$dt" diff "$tmp/one_$k/model.safetensors" "$tmp/two_$k/model.safetensors" 2>&1)"; fi; }
+done
+
 # ---- a host dies with its disk, under the supervisor: the replicas carry it ----------------
 # Checkpoints go to each host's own disk ($S/local is node K's hosts/nodeK/local
 # inside the cluster), every file also kept on the other host (--ckpt-replicas 1).
