@@ -2,6 +2,7 @@
  * never calls MPI: its lifetime, the checking wrapper, scratch buffers;
  * names and the partition convention (point-to-point and the waits are in
  * p2p.c, the collective dispatchers in their own files: allreduce.c, ...). */
+#include "core/cpu.h"
 #include "comm/comm_internal.h"
 #include "dtrain/testing.h"
 
@@ -293,11 +294,11 @@ size_t dt_seg_elems(const dt_comm *c, size_t elem_size) {
 
 /* ---- kernels -------------------------------------------------------------------- */
 
-void dt_reduce_add_f32(float *restrict dst, const float *restrict src, size_t n) {
+DT_HOT void dt_reduce_add_f32(float *restrict dst, const float *restrict src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-void dt_scale_f32(float *buf, size_t n, float s) {
+DT_HOT void dt_scale_f32(float *buf, size_t n, float s) {
     for (size_t i = 0; i < n; i++) buf[i] *= s;
 }
 

@@ -10,6 +10,7 @@
  * holds exact zeros there, so att V and the softmax backward need no mask.
  * Backward scratch is one T x T buffer (datt, then dS in place), reused for
  * every (b, h): dt_attention_scratch_floats = T*T. */
+#include "core/cpu.h"
 #include "dtrain/nn.h"
 
 #include <cblas.h>
@@ -20,7 +21,7 @@ size_t dt_attention_scratch_floats(int B, int T, int C, int NH) {
     return (size_t)T * (size_t)T;
 }
 
-void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+DT_HOT void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                           int NH) {
     const int HS = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -52,7 +53,7 @@ void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T
     }
 }
 
-void dt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+DT_HOT void dt_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int C, int NH) {
     if (!dqkv) return;
     const int HS = C / NH, C3 = 3 * C;

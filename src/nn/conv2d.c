@@ -20,6 +20,7 @@
  * im2col copies whole output rows: for each (c, kh, kw) the valid ow range is
  * computed once, the padding at the edges is zero-filled and the middle is a
  * contiguous copy (stride 1) or a strided gather, with no per-element branches. */
+#include "core/cpu.h"
 #include "dtrain/core.h"
 #include "dtrain/nn.h"
 
@@ -106,7 +107,7 @@ static inline void add_row(float *restrict dst, const float *restrict src, int n
 }
 
 /* col rows are ld floats apart; this sample's columns start at col. */
-static void im2col(float *col, size_t ld, const float *x, const dt_conv2d_dims *d, int OH,
+DT_HOT static void im2col(float *col, size_t ld, const float *x, const dt_conv2d_dims *d, int OH,
                    int OW) {
     const int S = d->stride, Pd = d->pad;
     for (int c = 0; c < d->IC; c++) {
@@ -138,7 +139,7 @@ static void im2col(float *col, size_t ld, const float *x, const dt_conv2d_dims *
 }
 
 /* Adds the columns of one sample back into its input gradient dx. */
-static void col2im_add(float *dx, const float *col, size_t ld, const dt_conv2d_dims *d, int OH,
+DT_HOT static void col2im_add(float *dx, const float *col, size_t ld, const dt_conv2d_dims *d, int OH,
                        int OW) {
     const int S = d->stride, Pd = d->pad;
     for (int c = 0; c < d->IC; c++) {

@@ -2,11 +2,12 @@
  * one pass, dlogits += scale * (probs - onehot). The row maximum is subtracted
  * before exponentiating, and the loss is taken as log(sum) - (z_t - max) rather
  * than -log(prob_t), which stays finite when prob_t underflows. */
+#include "core/cpu.h"
 #include "dtrain/nn.h"
 
 #include <math.h>
 
-void dt_crossentropy_forward(float *losses, float *probs, const float *logits,
+DT_HOT void dt_crossentropy_forward(float *losses, float *probs, const float *logits,
                              const int32_t *targets, int N, int V) {
     for (int i = 0; i < N; i++) {
         const float *restrict z = logits + (size_t)i * V;
@@ -24,7 +25,7 @@ void dt_crossentropy_forward(float *losses, float *probs, const float *logits,
     }
 }
 
-void dt_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+DT_HOT void dt_crossentropy_backward(float *dlogits, const float *probs, const int32_t *targets,
                               float scale, int N, int V) {
     if (!dlogits) return;
     for (int i = 0; i < N; i++) {

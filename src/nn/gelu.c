@@ -7,6 +7,7 @@
  * tanh(a) = 1 - 2 / (exp(2a) + 1), exp by Cephes' range reduction and degree-6
  * polynomial (~2 ulp). Only 1 + tanh and 1 - tanh^2 are used, so the absolute
  * error of tanh (~1e-7) is what counts. Tails go through a zero-padded vector. */
+#include "core/cpu.h"
 #include "dtrain/nn.h"
 
 #include <string.h>
@@ -61,13 +62,13 @@ static inline vf vload(const float *p, size_t k) {
 
 static inline void vstore(float *p, vf v, size_t k) { memcpy(p, &v, k * sizeof(float)); }
 
-void dt_gelu_forward(float *restrict out, const float *restrict inp, size_t n) {
+DT_HOT void dt_gelu_forward(float *restrict out, const float *restrict inp, size_t n) {
     size_t i = 0;
     for (; i + VL <= n; i += VL) vstore(out + i, vgelu(vload(inp + i, VL)), VL);
     if (i < n) vstore(out + i, vgelu(vload(inp + i, n - i)), n - i);
 }
 
-void dt_gelu_backward(float *restrict dinp, const float *restrict dout,
+DT_HOT void dt_gelu_backward(float *restrict dinp, const float *restrict dout,
                       const float *restrict inp, size_t n) {
     if (!dinp) return;
     size_t i = 0;

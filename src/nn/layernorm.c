@@ -2,11 +2,12 @@
  * eps DT_LAYERNORM_EPS inside the square root. mean and rstd are saved so the
  * backward need not recompute the statistics. The variance is taken around the
  * mean in a second pass (not E[x^2] - E[x]^2) to avoid cancellation. */
+#include "core/cpu.h"
 #include "dtrain/nn.h"
 
 #include <math.h>
 
-void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+DT_HOT void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C) {
     for (int i = 0; i < N; i++) {
         const float *restrict x = inp + (size_t)i * C;
@@ -28,7 +29,7 @@ void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 
 /* With xhat = (x - mean) * rstd and g = w * dout:
  *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
-void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+DT_HOT void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C) {
     for (int i = 0; i < N; i++) {

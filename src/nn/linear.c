@@ -3,12 +3,13 @@
  * Both directions are single cblas_sgemm calls, since a GEMM is the only way to
  * get near-peak throughput; the bias is folded into the forward GEMM by filling
  * the output with it first and accumulating with beta = 1. */
+#include "core/cpu.h"
 #include "dtrain/nn.h"
 
 #include <cblas.h>
 #include <string.h>
 
-void dt_linear_forward(float *out, const float *inp, const float *w, const float *b,
+DT_HOT void dt_linear_forward(float *out, const float *inp, const float *w, const float *b,
                        int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
     if (IC <= 0) {
@@ -28,7 +29,7 @@ void dt_linear_forward(float *out, const float *inp, const float *w, const float
                 beta, out, OC);
 }
 
-void dt_linear_backward(float *dinp, float *dw, float *db, const float *dout,
+DT_HOT void dt_linear_backward(float *dinp, float *dw, float *db, const float *dout,
                         const float *inp, const float *w, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
     if (IC > 0) {

@@ -2,6 +2,7 @@
  * saved so backward is a scatter; ties go to the first element of the window in
  * row-major order, as PyTorch does, hence the strict '>' comparisons below;
  * a NaN wins, as in PyTorch, so it propagates. */
+#include "core/cpu.h"
 #include "dtrain/core.h"
 #include "dtrain/nn.h"
 
@@ -10,7 +11,7 @@
 /* Whether v replaces the current best: strictly greater, or the first NaN. */
 static inline int beats(float v, float best) { return !isnan(best) && (v > best || isnan(v)); }
 
-void dt_maxpool2x2_forward(float *out, int32_t *argmax, const float *inp, int B, int C,
+DT_HOT void dt_maxpool2x2_forward(float *out, int32_t *argmax, const float *inp, int B, int C,
                            int H, int W) {
     DT_ASSERT(H % 2 == 0 && W % 2 == 0);
     const int OH = H / 2, OW = W / 2;
@@ -35,7 +36,7 @@ void dt_maxpool2x2_forward(float *out, int32_t *argmax, const float *inp, int B,
     }
 }
 
-void dt_maxpool2x2_backward(float *dinp, const float *dout, const int32_t *argmax, int B,
+DT_HOT void dt_maxpool2x2_backward(float *dinp, const float *dout, const int32_t *argmax, int B,
                             int C, int H, int W) {
     if (!dinp) return;
     const size_t plane_out = (size_t)(H / 2) * (W / 2);

@@ -4,6 +4,7 @@
  * vector width (and never when out may alias inp), so the bulk runs in blocks of
  * 16 with GCC/Clang vector extensions; loading a whole block before storing it
  * keeps out == inp correct. */
+#include "core/cpu.h"
 #include "dtrain/nn.h"
 
 #include <string.h>
@@ -12,7 +13,7 @@ typedef float vf __attribute__((vector_size(64)));
 typedef int32_t vi __attribute__((vector_size(64)));
 #define VL 16
 
-void dt_relu_forward(float *out, const float *inp, size_t n) {
+DT_HOT void dt_relu_forward(float *out, const float *inp, size_t n) {
     size_t i = 0;
     for (; i + VL <= n; i += VL) {
         vf x;
@@ -24,7 +25,7 @@ void dt_relu_forward(float *out, const float *inp, size_t n) {
     for (; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
 
-void dt_relu_backward(float *restrict dinp, const float *restrict dout,
+DT_HOT void dt_relu_backward(float *restrict dinp, const float *restrict dout,
                       const float *restrict out, size_t n) {
     if (!dinp) return;
     size_t i = 0;

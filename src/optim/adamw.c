@@ -14,19 +14,27 @@
 #include "muladd.h"
 #include "optim_internal.h"
 
-static void adamw_kernel(float *restrict w, const float *restrict g, float *restrict m,
-                         float *restrict v, size_t n, float decay, float b1, float c1,
-                         float b2, float c2, float bc2_sqrt, float eps, float neg_step) {
+__attribute__((always_inline)) static inline void
+adamw_kernel(float *restrict w, const float *restrict g, float *restrict m, float *restrict v, size_t n,
+             float decay, float b1, float c1, float b2, float c2, float bc2_sqrt, float eps, float neg_step,
+             const bool fused) {
     for (size_t i = 0; i < n; i++) {
         const float wi = w[i] * decay;
-        const float mi = dt_muladd(c1, g[i], m[i] * b1);
-        const float vi = dt_muladd(c2 * g[i], g[i], v[i] * b2);
+        const float mi = dt_muladd(c1, g[i], m[i] * b1, fused);
+        const float vi = dt_muladd(c2 * g[i], g[i], v[i] * b2, fused);
         const float denom = sqrtf(vi) / bc2_sqrt + eps;
         m[i] = mi;
         v[i] = vi;
         w[i] = wi + neg_step * mi / denom;
     }
 }
+
+#define ADAMW_ARGS float *restrict w, const float *restrict g, float *restrict m, float *restrict v, size_t n, \
+    float decay, float b1, float c1, float b2, float c2, float bc2_sqrt, float eps, float neg_step
+DT_FMA_TARGET static void adamw_fused(ADAMW_ARGS) {
+    adamw_kernel(w, g, m, v, n, decay, b1, c1, b2, c2, bc2_sqrt, eps, neg_step, true);
+}
+static void adamw_unfused(ADAMW_ARGS) { adamw_kernel(w, g, m, v, n, decay, b1, c1, b2, c2, bc2_sqrt, eps, neg_step, false); }
 
 void dt_adamw_update(const dt_optim *o, float *w, const float *g, float *m, float *v,
                      size_t n, float lr, float wd) {
@@ -35,7 +43,7 @@ void dt_adamw_update(const dt_optim *o, float *w, const float *g, float *m, floa
     const double bc1 = 1.0 - pow(beta1, t);
     const double bc2 = 1.0 - pow(beta2, t);
     const double step_size = (double)lr / bc1;
-    adamw_kernel(w, g, m, v, n, (float)(1.0 - (double)lr * (double)wd), (float)beta1,
+    (dt_cpu_fma() ? adamw_fused : adamw_unfused)(w, g, m, v, n, (float)(1.0 - (double)lr * (double)wd), (float)beta1,
                  (float)(1.0 - beta1), (float)beta2, (float)(1.0 - beta2), (float)sqrt(bc2),
                  o->cfg.eps, (float)-step_size);
 }
