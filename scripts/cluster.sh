@@ -13,6 +13,7 @@
 #                                           SIGKILLed (--wipe: its local disk too)
 #   scripts/cluster.sh boot HOST            a dead HOST comes back (link up, empty)
 #   scripts/cluster.sh freeze|thaw HOST     HOST hangs: link down + SIGSTOP, and back
+#   scripts/cluster.sh skew HOST OFFSET     HOST's wall clock OFFSET off (+30s; 0: back)
 #   scripts/cluster.sh down                 remove everything (idempotent)
 #
 # State lives in $DTRAIN_CLUSTER_DIR (default /run/dtrain-cluster): the host
@@ -27,11 +28,13 @@ me=cluster
 refuse() { echo "$me: $*" >&2; exit 2; }
 state=${DTRAIN_CLUSTER_DIR:-/run/dtrain-cluster}
 P=dtc-               # namespace prefix: dtc-sw, dtc-node1 ...
+FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1
 NET=10.77.0          # the cluster's only network; head (the switch) is .254
 
 usage="usage: scripts/cluster.sh up [--hosts N] [--slots S] [--rate RATE] [--slurm]
        scripts/cluster.sh exec HOST CMD... | status | env | hostfile | down
        scripts/cluster.sh link HOST down|up|rate RATE | kill HOST [--wipe] | boot HOST | freeze HOST | thaw HOST
+       scripts/cluster.sh skew HOST OFFSET
   --hosts N     hosts node1..nodeN, 1 to 8 [2]
   --slots S     MPI slots per host in the host file, 1 to 64 [2]
   --rate RATE   every host's link, both directions, tc syntax (100mbit, 1gbit, 10gbit) [1gbit]
@@ -73,6 +76,7 @@ in_host() {
   # shellcheck disable=SC1091
   source "$state/env"
   [ "$h" = head ] && exec ip netns exec "$(ns_of "$h")" nsenter --uts="$state/uts/$h" -- "$@"
+  [ -f "$state/skew/$h" ] && export FAKETIME="$(cat "$state/skew/$h")" LD_PRELOAD=$FAKETIME_LIB
   # ip netns exec gives the command a mount namespace of its own: the host's
   # local disk appears at $state/local there, and to no other host.
   exec ip netns exec "$(ns_of "$h")" nsenter --uts="$state/uts/$h" -- \
@@ -232,6 +236,8 @@ case \$h in node[1-9]) ;; *) echo "cluster rsh: no host '\$h' in this cluster" >
 ip -n ${P}sw -o link show "p\${h#node}" 2>/dev/null | grep -q ',UP' ||
   { echo "cluster rsh: connect to host \$h: No route to host (its link is down)" >&2; exit 255; }
 shift
+# a host whose clock is skewed (scripts/cluster.sh skew): libfaketime for its commands
+[ -f "$state/skew/\$h" ] && export FAKETIME="\$(cat "$state/skew/\$h")" LD_PRELOAD=$FAKETIME_LIB
 # the host's local disk at $state/local, in this command's own mount namespace
 exec ip netns exec "$P\$h" nsenter --uts="$state/uts/\$h" -- \\
   /bin/sh -c 'mount --bind "\$1" "\$2" || exit 1; shift 2; exec /bin/sh -c "\$*"' sh "$state/hosts/\$h/local" "$state/local" "\$@"
@@ -376,6 +382,14 @@ main() {
         [ "node$k" = "$1" ] || ip -n "${P}node$k" neigh del "$NET.${1#node}" dev cl0 2>/dev/null
       done
       return 0 ;;
+    skew)
+      # Another wall clock on HOST (libfaketime: Debian's faketime package) for
+      # the commands started there from now on; 'skew HOST 0' takes it back.
+      need_up; [ $# -eq 2 ] || refuse "usage: skew HOST OFFSET (+30s, -2m, 0)"; check_host "$1"
+      [ -f "$FAKETIME_LIB" ] || refuse "skew needs libfaketime: apt-get install faketime"
+      [[ $2 =~ ^(0|[-+][0-9]+[smhd]?)$ ]] || refuse "skew $1: OFFSET expects +30s, -2m, +1h or 0, got '$2'"
+      mkdir -p "$state/skew"
+      if [ "$2" = 0 ]; then rm -f "$state/skew/$1"; else echo "$2" > "$state/skew/$1"; fi ;;
     freeze)
       need_up; [ $# -eq 1 ] || refuse "usage: freeze HOST"; check_host "$1"
       cmd_link "$1" down; kill_host "$1" STOP ;;

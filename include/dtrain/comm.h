@@ -58,6 +58,10 @@ void dt_comm_finalize(void);           /* MPI_Finalize if MPI was initialised */
  * ranks may never reach MPI_Finalize). The library never exits. */
 void dt_comm_abort(dt_comm *c, int code);
 
+/* May two threads call MPI at once, each on its own communicator (MPI provides
+ * MPI_THREAD_MULTIPLE; always true without MPI)? */
+bool dt_comm_concurrent(void);
+
 int dt_comm_rank(const dt_comm *c);
 int dt_comm_size(const dt_comm *c);
 int dt_comm_world_rank(const dt_comm *c, int r); /* rank r of c as a world rank */

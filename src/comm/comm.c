@@ -249,6 +249,14 @@ void dt_comm_abort(dt_comm *c, int code) {
     MPI_Abort(c && c->is_mpi ? c->mc : MPI_COMM_WORLD, code);
 }
 
+bool dt_comm_concurrent(void) {
+    int init = 0, fin = 0, provided = MPI_THREAD_SINGLE;
+    MPI_Initialized(&init);
+    if (init) MPI_Finalized(&fin);
+    if (!init || fin) return true;
+    return MPI_Query_thread(&provided) == MPI_SUCCESS && provided == MPI_THREAD_MULTIPLE;
+}
+
 int dt_comm_rank(const dt_comm *c) { return c->rank; }
 int dt_comm_size(const dt_comm *c) { return c->size; }
 int dt_comm_world_rank(const dt_comm *c, int r) {

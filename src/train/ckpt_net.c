@@ -105,6 +105,13 @@ static dt_status net_exchange(void *ctx, const char *cdir, const char *path, int
         else st = dt_irecv(t->c, in[q], (size_t)sizes[q], q, TAG_REPLICA, &reqs[nr++]);
     }
     if (!st) st = dt_waitall(t->c, reqs, nr, "checkpoint replicas");
+    if (st && nr > 0) {
+        /* MPI may still read or write the buffers of requests that did not
+         * complete: cancel them and leave the buffers to the process's end
+         * (the job ends on this error). */
+        dt_cancel(t->c, reqs, nr);
+        return st;
+    }
     for (int q = 0; q < t->n && !st && lead; q++) {
         if (!in[q]) continue;
         char name[64];
@@ -179,6 +186,9 @@ dt_status tr_ckpt_storage(tr_run *r) {
                    nh > 1 ? "the checkpoint directory is one for every host (a shared file system)" : "every rank is on one host");
         return DT_OK;
     }
+    if (!dt_comm_concurrent())
+        return dt_errorf(DT_ERR_UNSUPPORTED, "--ckpt-dir %s is each host's own disk, and writing checkpoints there needs an MPI "
+                                             "with MPI_THREAD_MULTIPLE (this one has less): use a shared directory", c->ckpt_dir);
     struct tr_net *t = dt_calloc(1, sizeof *t);
     if (!t || !(t->host = dt_calloc((size_t)r->n, sizeof(int))) || !(t->lead = dt_calloc((size_t)nh, sizeof(int)))) {
         r->ck.net = t;
