@@ -32,14 +32,15 @@ wire() { echo $(( $("$cl" exec node2 cat /sys/class/net/cl0/statistics/tx_bytes)
 rate() { "$cl" link node1 rate "$1"; "$cl" link node2 rate "$1"; }
 # run OUT N_OR_HOSTFILE FLAGS...: one run on node1 (prints nothing)
 run() { local out=$1 where=$2; shift 2
-  if [ "$where" = 2 ]; then "$cl" exec node1 "$dt" train -n 2 "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1
-  else "$cl" exec node1 "$dt" train --hostfile "$where" -n 2 "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1; fi; }
+  if [ "$where" = 2 ]; then set -- -n 2 "$@"; else set -- --hostfile "$where" -n 2 "$@"; fi
+  "$cl" exec node1 "$dt" train "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 ||
+    { echo "bench/cluster.sh: run $out failed:" >&2; tail -5 "$tmp/$out.log" >&2; exit 1; }; }
 
 echo "## W1 and W2 across 2 hosts x 1 rank against 1 host x 2 ranks"
 echo
 echo "| workload | links | items/s | vs 1 host | communication (s) | exposed (s) | bytes per step on node2's link |"
 echo "|---|---|---|---|---|---|---|"
-for w in W1 W2; do
+for w in ${BENCH_W-W1 W2}; do
   args=${!w}; steps=$(sed 's/.*--steps \([0-9]*\).*/\1/' <<<"$args")
   one=0
   for r in $(seq "$rounds"); do run one 2 $args; one=$(best "$one" "$(ips "$tmp/one")"); done
@@ -62,8 +63,10 @@ echo "## Checkpoints on each host's disk with a replica on the other (1 Gbit/s)"
 echo
 echo "| workload | checkpoint every | without (items/s) | with, R=1 (items/s) | overhead | replica traffic |"
 echo "|---|---|---|---|---|---|"
-for spec in "W1 20" "W2 4"; do
-  set -- $spec; w=$1; every=$2; args="${!w} --zero 1"
+# (as bench/ckpt_overhead.sh: W1 every 50 steps, W2 every 10; longer runs, so
+# that the checkpoint at the last step weighs as little as there)
+for spec in "W1 50 200" "W2 10 30"; do
+  set -- $spec; w=$1; every=$2; args="${!w} --zero 1 --steps $3"
   a=0; b=0
   for r in $(seq "$rounds"); do
     run plain "$tmp/hosts2x1" $args; a=$(best "$a" "$(ips "$tmp/plain")")
@@ -71,7 +74,7 @@ for spec in "W1 20" "W2 4"; do
     run ckpt "$tmp/hosts2x1" $args --ckpt-dir "$S/local/ck" --ckpt-every "$every" --ckpt-replicas 1
     b=$(best "$b" "$(ips "$tmp/ckpt")")
   done
-  rep=$(grep -o 'checkpoint replicas: [0-9.]* MB' "$tmp/ckpt.log" | head -1 | grep -o '[0-9.]* MB')
+  rep=$(awk -v b="$(field "$tmp/ckpt" ckpt_replica_bytes)" 'BEGIN { printf "%.1f MB", b / 1e6 }')
   awk -v w=$w -v e=$every -v a="$a" -v b="$b" -v rep="$rep" \
     'BEGIN { printf "| %s | %d steps | %.0f | %.0f | %.1f%% | %s in the run |\n", w, e, a, b, 100 * (a - b) / a, rep }'
 done
