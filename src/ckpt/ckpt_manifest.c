@@ -102,7 +102,7 @@ static dt_status load_manifest(const char *cpath, char *mpath, size_t n, json_t 
 /* The integer fields of the state, each range-checked. */
 static dt_status parse_counts(json_t *man, const char *mpath, dt_ckpt_state *s) {
     int64_t v = 0;
-    dt_status st;
+    dt_status st = DT_OK;
     if ((st = get_int(man, "step", mpath, 0, INT64_MAX / 4, &s->step))) return st;
     if ((st = get_int(man, "epoch", mpath, 0, INT64_MAX / 4, &s->epoch))) return st;
     if ((st = get_int(man, "index", mpath, 0, INT64_MAX / 4, &s->index))) return st;

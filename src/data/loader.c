@@ -8,7 +8,7 @@
 dt_status dt_dataset_load(dt_dataset *d, const char *path, bool lm, int T, double val_frac, bool need_train) {
     memset(d, 0, sizeof *d);
     d->lm = lm;
-    dt_status st;
+    dt_status st = DT_OK;
     if (lm) {
         d->T = T;
         if ((st = dt_corpus_load(path ? path : DT_CORPUS_DEFAULT_PATH, val_frac, T, &d->corpus))) return st;

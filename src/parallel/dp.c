@@ -112,7 +112,7 @@ static dt_status run_bucket(dt_dp *dp, int k) {
     float *g = dp->m->g + b->lo;
     size_t n = b->hi - b->lo;
     double t0 = dt_now();
-    dt_status st;
+    dt_status st = DT_OK;
     uint64_t stream = dp->stream * (uint64_t)dp->nb + (uint64_t)k;
     if (dp->compress_now && dp->cfg.zero == 0) {
         st = dt_gc_allreduce(dp->gc, dp->comm, dp->m->g, b->lo, b->hi, stream, dp->cfg.algo);
@@ -434,7 +434,7 @@ static void update_range(dt_dp *dp, size_t lo, size_t len, size_t state_off, con
 
 dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
     dt_model *m = dp->m;
-    dt_status st;
+    dt_status st = DT_OK;
     /* Pipelined update (ZeRO-0 without clipping): bucket k is updated as soon
      * as its all-reduce is done. Clipping needs every gradient first. */
     bool pipelined = dp->deferred && max_norm <= 0 && !gnorm;

@@ -26,7 +26,7 @@ static dt_status gc_save(void *ctx, const dt_ckpt_place *at, dt_ckpt_snapshot *s
 static dt_status gc_load(void *ctx, const char *path, const dt_ckpt_state *s, const dt_ckpt_place *at) {
     dt_gc *gc = ctx;
     size_t n = dt_gc_params(gc);
-    dt_status st;
+    dt_status st = DT_OK;
     float *e = dt_gc_error(gc);
     if (e) {
         char name[64];

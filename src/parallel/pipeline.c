@@ -348,7 +348,7 @@ dt_status dt_pipe_eval(dt_pipe *p, const dt_batch *batch, double *loss_sum, doub
     for (int c = 0; c < chunks; c++) {
         dt_batch mb = micro(batch, chunks, c, in_dim_x, T);
         if (mb.B == 0) continue;
-        dt_status st;
+        dt_status st = DT_OK;
         if (p->stage > 0 &&
             (st = recv_floats(p, a->bound[0], (size_t)mb.B * m->blocks[p->first].in_dim, p->stage - 1,
                               TAG_ACT, "pipeline receive (evaluation)")))

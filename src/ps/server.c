@@ -182,7 +182,7 @@ static dt_status drop_worker(server *sv, int w, const char *why) {
 static dt_status recv_push(server *sv, int w, const hdr *h, bool *gone) {
     dt_req r;
     *gone = false;
-    dt_status st;
+    dt_status st = DT_OK;
     if (sv->gc) {
         /* Compressed: the header's last field is the encoding's size. */
         if (h->pad < 0 || (size_t)h->pad > sv->ein_cap)
@@ -294,7 +294,7 @@ static dt_status server_alloc(server *sv, const dt_optim_cfg *ocfg) {
     sv->gin = dt_alloc_floats(sv->len);
     sv->bsp_got = dt_calloc(W, sizeof(bool));
     sv->ck_clock = dt_calloc(W, sizeof(int64_t));
-    dt_status st;
+    dt_status st = DT_OK;
     if (sv->cfg.comp.comp.kind != DT_COMP_NONE) {
         /* Compressed pushes: a decoder only (the residuals are the workers'). */
         dt_gc_cfg gcfg = sv->cfg.comp;

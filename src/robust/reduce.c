@@ -97,7 +97,7 @@ dt_status dt_robust_reduce(dt_robust *r, dt_model *m, int64_t step) {
  * the optimizer gets the workers' mean (wm NULL, M filled, *have_m set). */
 dt_status dt_resume_worker_momentum(const char *path, const dt_ckpt_state *s, float *wm, float *M, bool *have_m,
                                     const dt_ckpt_place *at, size_t n) {
-    dt_status st;
+    dt_status st = DT_OK;
     int count = 0;
     if (!wm) {
         if (s->n_states >= 1 || !M) return DT_OK;

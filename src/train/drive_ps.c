@@ -121,7 +121,7 @@ static dt_status ps_serve(ps_run *p) {
         pc.ckpt_ctx = p;
     }
     pc.start_clock = start;
-    dt_status st;
+    dt_status st = DT_OK;
     if (!dt_train_worker_momentum(c) && start > 0) {
         bool have_m = p->rcs.n_states >= 1;
         dt_ckpt_place at = {.replica = 0, .replicas = p->W, .lead = r->rank == p->W};
@@ -204,7 +204,7 @@ static dt_status worker_step(ps_run *p, int64_t step, double *win, int *wn) {
 static dt_status worker_report(ps_run *p, int64_t step, double *win, int *wn, double *tw) {
     tr_run *r = p->r;
     const dt_train_cfg *c = r->c;
-    dt_status st;
+    dt_status st = DT_OK;
     if (c->eval_every > 0 && step % c->eval_every == 0 && step < r->total) {
         float ea, el;
         if ((st = tr_evaluate_alone(r->m, &r->ld, c->eval_max, &ea, &el))) return st;
@@ -239,7 +239,7 @@ static dt_status ps_work(ps_run *p) {
     pc.comp = c->dp.comp;
     pc.comp.seed = c->seed;
     pc.start_clock = start; /* the servers register every worker's first pull */
-    dt_status st;
+    dt_status st = DT_OK;
     if ((st = dt_ps_client_create(&p->cl, m, r->world, &pc))) return st;
     /* The servers inject ALIE; rank 0 says so. */
     if ((st = tr_attacks(c, r->rank, p->W, &p->att, NULL, r->lead))) return st;

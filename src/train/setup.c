@@ -178,7 +178,7 @@ static dt_status setup_partition(tr_run *r) {
 static dt_status setup_mesh(tr_run *r) {
     if (r->P == 1 && r->TP == 1) return DT_OK;
     int TP = r->TP, D = r->D, stage = r->stage, replica = r->replica, tpr = r->tpr;
-    dt_status st;
+    dt_status st = DT_OK;
     if ((st = dt_comm_split(r->world, stage * TP + tpr, replica, &r->dpc))) return st;
     if ((st = dt_comm_split(r->world, replica * TP + tpr, stage, &r->ppc))) return st;
     if ((st = dt_comm_split(r->world, stage * D + replica, tpr, &r->tpc))) return st;

@@ -27,7 +27,7 @@ static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float sc
     const dt_train_cfg *c = r->c;
     dt_model *m = r->m;
     dt_loader *ld = &r->ld;
-    dt_status st;
+    dt_status st = DT_OK;
     if (r->pipe) {
         dt_batch sb = {.B = local_n, .x = ld->x, .tokens = ld->tokens, .targets = ld->targets, .loss_scale = scale};
         double tb = dt_now();
@@ -64,7 +64,7 @@ static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float sc
  * the pipeline's tied tensors. */
 static dt_status reduce_update(tr_run *r, int64_t step, float lr) {
     const dt_train_cfg *c = r->c;
-    dt_status st;
+    dt_status st = DT_OK;
     if (r->rob && (st = dt_robust_reduce(r->rob, r->m, step))) return st;
     if ((st = dt_dp_step(r->dp, lr, dt_robust_momentum(r->rob) ? 0.0f : c->clip, NULL))) return st;
     if (c->strategy == DT_STRATEGY_LOCALSGD && r->D > 1 && step % c->local_h == 0) {
@@ -108,7 +108,7 @@ static dt_status account(tr_run *r, int64_t step, int local_n, int global_n, dou
     dt_train_result *res = r->res;
     double loss_d = r->tpr == 0 ? local_loss : 0.0; /* tp ranks compute the same loss */
     if (r->per_worker && global_n > 0) loss_d *= (double)local_n / (double)global_n; /* worker mean -> global mean */
-    dt_status st;
+    dt_status st = DT_OK;
     if (r->n > 1 && (st = dt_allreduce_f64(r->world, &loss_d, 1))) return st;
     float loss = (float)loss_d;
     if (!isfinite(loss))
@@ -251,7 +251,7 @@ static dt_status start_reporters(tr_run *r) {
 
 static dt_status begin(tr_run *r) {
     const dt_train_cfg *c = r->c;
-    dt_status st;
+    dt_status st = DT_OK;
     if ((st = tr_setup_strategy(r)) || (st = tr_ckpt_storage(r)) || (st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = start_reporters(r))) return st;
     r->t0 = r->win.t0 = dt_now();
     if (c->trace) {
@@ -303,7 +303,7 @@ static dt_status pipe_summary(tr_run *r, double *arr, dt_pipe_summary *ps, int *
 static dt_status finish(tr_run *r) {
     const dt_train_cfg *c = r->c;
     dt_train_result *res = r->res;
-    dt_status st;
+    dt_status st = DT_OK;
     /* Resumed at its end: no step ran, but the weights are still evaluated. */
     bool counts = (!r->pipe || r->stage == r->P - 1) && r->tpr == 0;
     if (r->start_step >= r->total &&
