@@ -182,22 +182,26 @@ cmd_up() {
   trap 'exit 130' INT TERM HUP
   mkdir -p "$state"/uts "$state"/shared "$state"/local && chmod 755 "$state" || refuse "cannot create $state"
   err=$(ip netns add "${P}sw" 2>&1) || refuse "cannot create a network namespace (are namespaces available here?): ${err//$'\n'/ }"
+  # ip enters a namespace with a mount namespace of its own, which needs / to be
+  # a mount point: in a plain chroot it is not.
+  err=$(ip -n "${P}sw" link show lo 2>&1 >/dev/null) ||
+    refuse "ip cannot enter a network namespace here (${err//$'\n'/ }): / must be a mount point (a chroot is not enough; use a VM or a container)"
   ipv4_only "${P}sw"
   touch "$state/uts/head"
   err=$(unshare --uts="$state/uts/head" hostname head 2>&1) || refuse "cannot create a UTS namespace: ${err//$'\n'/ }"
-  {
+  err=$({
     ip -n "${P}sw" link set lo up &&
     ip -n "${P}sw" link add br0 type bridge &&
     ip -n "${P}sw" addr add "$NET.254/24" dev br0 &&
     ip -n "${P}sw" link set br0 up
-  } || refuse "cannot build the switch in ${P}sw"
+  } 2>&1) || refuse "cannot build the switch in ${P}sw (is the bridge driver available?): ${err//$'\n'/ }"
   for k in $(seq 1 "$n"); do
     local h=node$k
     ip netns add "$P$h" && ipv4_only "$P$h" && ip -n "$P$h" link set lo up &&
       ip -n "${P}sw" link add "p$k" type veth peer name cl0 netns "$P$h" &&
       ip -n "${P}sw" link set "p$k" master br0 up &&
       ip -n "$P$h" addr add "$NET.$k/24" dev cl0 &&
-      ip -n "$P$h" link set cl0 up || refuse "cannot create host $h"
+      ip -n "$P$h" link set cl0 up || refuse "cannot create host $h (veth pairs and namespaces: see the lines above)"
     err=$(shape "$P$h" cl0 "$rate") && err=$(shape "${P}sw" "p$k" "$rate") ||
       refuse "tc refused tbf at $rate on $h's link (is sch_tbf available?): ${err//$'\n'/ }"
     touch "$state/uts/$h"
