@@ -150,8 +150,14 @@ static char *choose(const struct tr_net *t, char *const *inv, long long want, bo
             char name[300];
             if (sscanf(p, "%lld %299s", &s, name) != 2 || strcmp(name, "manifest.json") != 0) continue;
             bool seen = false;
-            for (int i = 0; i < ns; i++) seen |= steps[i] == s;
-            if (!seen && ns < MAX_STEPS && (want < 0 || s == want)) steps[ns++] = s;
+            int low = 0; /* the newest MAX_STEPS are candidates: a full list drops its oldest */
+            for (int i = 0; i < ns; i++) {
+                seen |= steps[i] == s;
+                if (steps[i] < steps[low]) low = i;
+            }
+            if (seen || (want >= 0 && s != want)) continue;
+            if (ns < MAX_STEPS) steps[ns++] = s;
+            else if (s > steps[low]) steps[low] = s;
         }
     for (int i = 0; i < ns; i++) /* newest first */
         for (int j = i + 1; j < ns; j++)
