@@ -98,8 +98,10 @@ kill_host() {
   echo "$me: processes of $1 survived SIGKILL: $(host_pids "$1" | tr '\n' ' ')" >&2
   return 1
 }
-# Open MPI's leftovers of a host killed without its teardown
-clean_ompi() { rm -rf /tmp/ompi."$1".* /dev/shm/vader_segment."$1".* 2>/dev/null; }
+# What a host that died leaves behind on this machine, whose /tmp and /dev/shm
+# the emulated hosts share: Open MPI's session directories and shared-memory
+# segments, and the checkpoint replicas dtrain held in that host's memory.
+clean_ompi() { rm -rf /tmp/ompi."$1".* /dev/shm/vader_segment."$1".* /dev/shm/dtrain-ckpt-"$1"-* 2>/dev/null; }
 
 # ---- down -------------------------------------------------------------------
 cmd_down() {

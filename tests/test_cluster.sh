@@ -89,10 +89,12 @@ job=$!
 if wait_until 60 test -f "$S/hosts/node2/local/ck/ckpt-0000000050/manifest.json"; then "$cl" kill node2 --wipe; fi
 wait $job; rc=$?
 from=$(grep -o 'resuming from [^ ]*' "$tmp/kill.log" | head -1 | cut -d' ' -f3)
+from=${from:+$S/local/ck/$(basename "$from")}   # node1's disk copy (the load may read through a view of its memory)
 left=$(ls "$S/hosts/node2/local" | wc -l)
 if [ $rc -eq 0 ] && grep -q "lost host node2 (ranks 2-3)" "$tmp/kill.log" && grep -q "host node2 (ranks 2-3 in a full job) cannot be reached" "$tmp/kill.log" &&
-   grep -q '"ranks":2' "$tmp/kill/metrics.jsonl" && [ -n "$from" ] && [ "$left" = 0 ] && grep -q "local to each of the 2 hosts: .* a copy of them on the next host" "$tmp/kill.log"; then
-  ok "node2 killed and its disk wiped: named with its ranks; resumed from $(basename "$from") (node2's shards from their replicas on node1) and finished"
+   grep -q '"ranks":2' "$tmp/kill/metrics.jsonl" && [ -n "$from" ] && [ "$left" = 0 ] && grep -q "local to each of the 2 hosts: .* a copy of them on the next host" "$tmp/kill.log" &&
+   grep -q "of the checkpoint's files from this host's memory" "$tmp/kill.log" && [ -z "$(ls /dev/shm | grep '^dtrain-ckpt-node1-')" ]; then
+  ok "node2 killed and its disk wiped: named with its ranks; resumed from $(basename "$from") ($(grep -o 'resuming: [0-9]* of the checkpoint.s files from this host.s memory' "$tmp/kill.log" | head -1)) and finished; the memory copies freed at the end"
   "$cl" exec node1 "$dt" train -n 2 $B --resume "$from" --out "$tmp/kill_ref" > "$tmp/kill_ref.log" 2>&1 &&
     cmp -s "$tmp/kill/model.safetensors" "$tmp/kill_ref/model.safetensors" &&
     ok "... bitwise equal to an uninterrupted 2-rank run from that checkpoint" || { fail "kill vs uninterrupted from $from:"; tail -3 "$tmp/kill_ref.log" | indent; }

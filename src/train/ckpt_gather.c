@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define TAG_INVENTORY 0x7f01
 #define TAG_GATHER 0x7f02
@@ -56,12 +57,15 @@ static void manifest_list(const char *mpath, char *out, size_t n) {
     json_decref(man);
 }
 
-/* "STEP NAME BYTES [LIST]\n" for every file of every ckpt-* directory in dir. */
-static char *inventory(const char *dir) {
+/* "STEP NAME BYTES [LIST]\n" for every file of every ckpt-* directory in dir,
+ * then in the memory store mem (replicas; "" none). */
+static char *inventory(const char *dir, const char *mem) {
     size_t len = 0, cap = 256;
     char *buf = dt_malloc(cap), list[16384];
     if (!buf) return NULL;
     buf[0] = '\0';
+    for (int pass = 0; pass < 2 && buf; pass++, dir = mem) {
+    if (pass == 1 && !mem[0]) break;
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
@@ -93,6 +97,7 @@ static char *inventory(const char *dir) {
         if (!buf) break;
     }
     if (d) closedir(d);
+    }
     return buf;
 }
 
@@ -226,7 +231,7 @@ static dt_status gather_inventories(dt_comm *w, const struct tr_net *t, const ch
 
 /* Moves the files of the plan (lines after the first) and writes what this
  * rank receives into cdir, manifests last. */
-static dt_status run_plan(dt_comm *w, const struct tr_net *t, char *plan, const char *cdir) {
+static dt_status run_plan(dt_comm *w, const struct tr_net *t, char *plan, const char *cdir, const char *mdir) {
     int lines = 0;
     for (char *p = plan; *p; p++) lines += *p == '\n';
     dt_req *reqs = dt_calloc((size_t)lines + 1, sizeof(dt_req));
@@ -241,6 +246,7 @@ static dt_status run_plan(dt_comm *w, const struct tr_net *t, char *plan, const 
         if (sscanf(l, "%d %d %299s %lld", &src, &dst, name[i], &bytes[i]) != 4) continue;
         char path[4600];
         snprintf(path, sizeof path, "%s/%s", cdir, name[i]);
+        if (src == t->rank && access(path, R_OK) != 0 && mdir[0]) snprintf(path, sizeof path, "%s/%s", mdir, name[i]);
         if (src == t->rank && !(st = tr_net_read_file(path, &buf[i], bytes[i])))
             st = dt_isend(w, buf[i], (size_t)bytes[i], dst, TAG_GATHER, &reqs[nr++]);
         else if (dst == t->rank && !(buf[i] = dt_malloc((size_t)(bytes[i] > 0 ? bytes[i] : 1))))
@@ -263,6 +269,35 @@ static dt_status run_plan(dt_comm *w, const struct tr_net *t, char *plan, const 
     return st;
 }
 
+/* The host lead's view of the checkpoint for the load: MEM/view/ckpt-S with a
+ * link to each file, to the replica held in memory where there is one, else
+ * to the disk. Returns the number of files from memory (0: no view made). */
+static int make_view(const char *plan_list, const char *cdir, const char *mdir, const char *view) {
+    int from_mem = 0;
+    char path[4600], target[4600];
+    for (const char *p = plan_list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
+        char name[300];
+        if (sscanf(p, "%299[^:,]", name) != 1) continue;
+        snprintf(path, sizeof path, "%s/%s", mdir, name);
+        from_mem += access(path, R_OK) == 0;
+    }
+    if (!from_mem) return 0;
+    if (dt_ckpt_mkdir_p(view) != DT_OK) return 0;
+    for (const char *p = plan_list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
+        char name[300];
+        if (sscanf(p, "%299[^:,]", name) != 1) continue;
+        snprintf(target, sizeof target, "%s/%s", mdir, name);
+        if (access(target, R_OK) != 0) snprintf(target, sizeof target, "%s/%s", cdir, name);
+        snprintf(path, sizeof path, "%s/%s", view, name);
+        unlink(path);
+        if (symlink(target, path) != 0) return 0;
+    }
+    snprintf(target, sizeof target, "%s/manifest.json", cdir);
+    snprintf(path, sizeof path, "%s/manifest.json", view);
+    unlink(path);
+    return symlink(target, path) == 0 ? from_mem : 0;
+}
+
 dt_status tr_ckpt_gather(tr_run *r, char *path, size_t n, bool *found) {
     const struct tr_net *t = r->ck.net;
     const dt_train_cfg *c = r->c;
@@ -281,7 +316,7 @@ dt_status tr_ckpt_gather(tr_run *r, char *path, size_t n, bool *found) {
         *slash = '\0';
     }
     bool lead = t->lead[t->host[t->rank]] == t->rank;
-    char *mine = lead ? inventory(dir) : NULL, **inv = dt_calloc((size_t)t->nhosts, sizeof(char *)), *plan = NULL;
+    char *mine = lead ? inventory(dir, t->mem) : NULL, **inv = dt_calloc((size_t)t->nhosts, sizeof(char *)), *plan = NULL;
     dt_status st = inv && (!lead || mine) ? gather_inventories(r->world, t, mine, inv) : dt_errorf(DT_ERR_NOMEM, "out of memory");
     int64_t len = 0;
     if (!st && t->rank == 0) {
@@ -298,12 +333,28 @@ dt_status tr_ckpt_gather(tr_run *r, char *path, size_t n, bool *found) {
     if (!st && len == 0) st = dt_errorf(DT_ERR_IO, "resume: rank 0 could not plan the checkpoint's assembly");
     long long step = -1;
     if (!st) sscanf(plan, "STEP %lld", &step);
-    char cdir[4096];
+    char cdir[4096], mdir[1200] = "", view[1300] = "";
     dt_ckpt_dir_name(cdir, sizeof cdir, dir, step);
-    if (!st && step >= 0) st = run_plan(r->world, t, plan, cdir);
+    const char *base = strrchr(cdir, '/') ? strrchr(cdir, '/') + 1 : cdir;
+    if (t->mem[0]) {
+        snprintf(mdir, sizeof mdir, "%s/%.40s", t->mem, base);
+        snprintf(view, sizeof view, "%s/view/%.40s", t->mem, base);
+    }
+    char list[16384] = "";
+    if (!st && step >= 0) st = run_plan(r->world, t, plan, cdir, mdir);
+    if (!st && step >= 0 && lead && view[0]) {
+        /* the file list of the manifest now on this host's disk */
+        char mpath[4200];
+        snprintf(mpath, sizeof mpath, "%s/manifest.json", cdir);
+        manifest_list(mpath, list, sizeof list);
+        int k = make_view(list, cdir, mdir, view);
+        if (k && r->lead) dt_log(DT_LOG_INFO, "resuming: %d of the checkpoint's files from this host's memory (replicas), the rest from its disk", k);
+    }
     if (!st) st = dt_barrier(r->world);
+    char vman[1400];
+    snprintf(vman, sizeof vman, "%s/manifest.json", view);
     if (!st && step >= 0) {
-        snprintf(path, n, "%s", cdir);
+        snprintf(path, n, "%s", view[0] && access(vman, R_OK) == 0 ? view : cdir);
         *found = true;
     } else if (!st && want >= 0) {
         st = dt_errorf(DT_ERR_INVALID, "--resume %s: the hosts of this job cannot assemble that checkpoint (see above)", c->resume);

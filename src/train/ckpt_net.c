@@ -70,6 +70,57 @@ dt_status tr_net_write_file(const char *dir, const char *name, const char *buf, 
 
 static void file_name(char *buf, size_t n, int rank) { snprintf(buf, n, "rank-%05d.safetensors", rank); }
 
+/* ---- the memory store ------------------------------------------------------------------ */
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[1400];
+    while (d && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(path);
+        else unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+/* MEM/<cdir's name> for this checkpoint's replicas, every older one removed:
+ * the store holds the newest checkpoint only. */
+static void mem_prepare(const struct tr_net *t, const char *cdir, char *mdir, size_t n) {
+    const char *base = strrchr(cdir, '/');
+    base = base ? base + 1 : cdir;
+    snprintf(mdir, n, "%s/%s", t->mem, base);
+    DIR *d = opendir(t->mem);
+    struct dirent *e;
+    char old[1400];
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "ckpt-", 5) != 0 || strcmp(e->d_name, base) == 0) continue;
+        snprintf(old, sizeof old, "%s/%s", t->mem, e->d_name);
+        remove_tree(old);
+    }
+    if (d) closedir(d);
+}
+
+/* TR_MEM_ROOT/dtrain-ckpt-<host>-<hash of dir>, or "" without a memory file system. */
+static void mem_path(const char *dir, const char *host, char *out, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *p = dir; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    struct stat sb;
+    if (stat(TR_MEM_ROOT, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(TR_MEM_ROOT, W_OK) != 0) {
+        out[0] = '\0';
+        return;
+    }
+    snprintf(out, n, "%s/dtrain-ckpt-%.64s-%016llx", TR_MEM_ROOT, host, (unsigned long long)h);
+}
+
+void tr_ckpt_mem_drop(tr_run *r) {
+    struct tr_net *t = r->ck.net;
+    if (t && t->mem[0] && t->lead[t->host[t->rank]] == t->rank) remove_tree(t->mem);
+}
+
 /* ---- the writer's hooks ------------------------------------------------------------ */
 
 /* Does host h keep a replica of host s's files? */
@@ -112,11 +163,15 @@ static dt_status net_exchange(void *ctx, const char *cdir, const char *path, int
         dt_cancel(t->c, reqs, nr);
         return st;
     }
+    char mdir[1024] = "";
+    if (t->mem[0] && lead) mem_prepare(t, cdir, mdir, sizeof mdir);
     for (int q = 0; q < t->n && !st && lead; q++) {
         if (!in[q]) continue;
         char name[64];
         file_name(name, sizeof name, q);
         st = tr_net_write_file(cdir, name, in[q], sizes[q]);
+        /* ... and held in memory, for a restart to read without the disk */
+        if (!st && mdir[0] && tr_net_write_file(mdir, name, in[q], sizes[q])) mdir[0] = '\0';
     }
     for (int q = 0; in && q < t->n; q++) dt_free(in[q]);
     dt_free(in);
@@ -175,12 +230,18 @@ static dt_status dir_shared(dt_comm *world, const char *dir, bool *shared) {
 
 dt_status tr_ckpt_storage(tr_run *r) {
     const dt_train_cfg *c = r->c;
-    if (!c->ckpt_dir || r->n < 2) return DT_OK;
+    if (!c->ckpt_dir) return DT_OK;
     int nh = dt_comm_nhosts(r->world);
+    char mem[512];
+    struct stat sb;
+    mem_path(c->ckpt_dir, dt_comm_host(r->world, r->rank), mem, sizeof mem);
+    /* One host that holds replicas in memory (a job that lost the others)
+     * resumes through them as well. */
+    bool held = nh == 1 && c->resume && mem[0] && stat(mem, &sb) == 0;
     bool shared = true;
     dt_status st = nh > 1 ? dir_shared(r->world, c->ckpt_dir, &shared) : DT_OK;
     if (st) return st;
-    if (shared) {
+    if (shared && !held) {
         if (c->ckpt_replicas > 0 && r->lead)
             dt_log(DT_LOG_INFO, "--ckpt-replicas %d: %s: no replica is needed", c->ckpt_replicas,
                    nh > 1 ? "the checkpoint directory is one for every host (a shared file system)" : "every rank is on one host");
@@ -195,6 +256,7 @@ dt_status tr_ckpt_storage(tr_run *r) {
         return dt_errorf(DT_ERR_NOMEM, "out of memory");
     }
     r->ck.net = t;
+    snprintf(t->mem, sizeof t->mem, "%s", mem);
     t->rank = r->rank;
     t->n = r->n;
     t->nhosts = nh;
@@ -204,7 +266,7 @@ dt_status tr_ckpt_storage(tr_run *r) {
         if (t->lead[t->host[q]] < 0) t->lead[t->host[q]] = q;
     }
     t->R = c->ckpt_replicas < nh - 1 ? c->ckpt_replicas : nh - 1;
-    if (r->lead) {
+    if (r->lead && nh > 1) {
         if (c->ckpt_replicas > t->R)
             dt_log(DT_LOG_INFO, "--ckpt-replicas %d: only %d other host%s, so %d replica%s", c->ckpt_replicas, nh - 1,
                    nh == 2 ? "" : "s", t->R, t->R == 1 ? "" : "s");

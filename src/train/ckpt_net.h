@@ -11,7 +11,13 @@ struct tr_net {
     int *host;           /* rank -> host (0..nhosts-1) */
     int *lead;           /* host -> its lowest rank, which writes what the host receives */
     uint64_t replica_bytes;
+    char mem[512];       /* this host's memory store of received replicas ("" none) */
 };
+
+/* The memory store of received replicas: MEM/ckpt-<step>/rank-*.safetensors,
+ * the newest checkpoint only, under TR_MEM_ROOT (a tmpfs); ckpt_net.c keeps it,
+ * ckpt_gather.c reads it. */
+#define TR_MEM_ROOT "/dev/shm"
 
 /* The whole file at path (bytes long) into a new buffer (*buf, dt_free). */
 dt_status tr_net_read_file(const char *path, char **buf, int64_t bytes);

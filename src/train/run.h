@@ -118,6 +118,8 @@ dt_status tr_ckpt_storage(tr_run *r);
 /* Hands r->ck.net to the writer (after tr_ckpt_open); frees it (after the writer). */
 void tr_ckpt_net_attach(tr_run *r);
 void tr_ckpt_net_free(tr_run *r);
+/* Frees this host's memory copies of checkpoint replicas (after a completed run). */
+void tr_ckpt_mem_drop(tr_run *r);
 /* Bytes of checkpoint replicas this rank sent to other hosts. */
 uint64_t tr_ckpt_replica_bytes(const tr_run *r);
 /* Resume with per-host directories: assembles the newest checkpoint the hosts

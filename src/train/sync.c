@@ -314,6 +314,8 @@ static dt_status finish(tr_run *r) {
         res->ckpt_blocking_s = dt_ckpt_blocking_seconds(r->ck.w);
     }
     if (r->ck.net) {
+        /* The run completed: no restart will want the replicas held in memory. */
+        tr_ckpt_mem_drop(r);
         double b = (double)tr_ckpt_replica_bytes(r);
         if ((st = dt_allreduce_f64(r->world, &b, 1))) return st;
         res->ckpt_replica_bytes = b;
