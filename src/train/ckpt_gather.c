@@ -340,9 +340,11 @@ dt_status tr_ckpt_gather(tr_run *r, char *path, size_t n, bool *found) {
         snprintf(mdir, sizeof mdir, "%s/%.40s", t->mem, base);
         snprintf(view, sizeof view, "%s/view/%.40s", t->mem, base);
     }
-    char list[16384] = "";
+    char list[16384] = "", vman[1400];
+    snprintf(vman, sizeof vman, "%s/manifest.json", view);
     if (!st && step >= 0) st = run_plan(r->world, t, plan, cdir, mdir);
     if (!st && step >= 0 && lead && view[0]) {
+        unlink(vman); /* a view an earlier attempt left is not this one's */
         /* the file list of the manifest now on this host's disk */
         char mpath[4200];
         snprintf(mpath, sizeof mpath, "%s/manifest.json", cdir);
@@ -351,8 +353,6 @@ dt_status tr_ckpt_gather(tr_run *r, char *path, size_t n, bool *found) {
         if (k && r->lead) dt_log(DT_LOG_INFO, "resuming: %d of the checkpoint's files from this host's memory (replicas), the rest from its disk", k);
     }
     if (!st) st = dt_barrier(r->world);
-    char vman[1400];
-    snprintf(vman, sizeof vman, "%s/manifest.json", view);
     if (!st && step >= 0) {
         snprintf(path, n, "%s", view[0] && access(vman, R_OK) == 0 ? view : cdir);
         *found = true;
