@@ -91,8 +91,9 @@ uint64_t dt_comm_bytes_sent(const dt_comm *c);
  * ranks reached the stalled operation and which did not (the late ones; on
  * several hosts, with their hosts). Returns true on the lowest rank of those
  * that arrived: the one to print the report (no clocks compared, so hosts whose
- * clocks disagree still elect one reporter). The others should give it a
- * moment to print before they end the job. */
+ * clocks disagree still elect one reporter). The others should wait `grace`
+ * and a moment more before they end the job: the reporter's grace period ends
+ * at most `grace` after theirs. */
 bool dt_comm_diagnose(dt_comm *c, double grace, char *buf, size_t n);
 
 /* ---- point-to-point ------------------------------------------------------------ */

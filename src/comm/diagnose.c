@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-/* ", on node2" / ", on node2, node3": the hosts of the ranks marked `want`
+/* " on node2" / " on node2, node3": the hosts of the ranks marked `want`
  * (nothing on one host), appended to buf. */
 static void list_hosts(char *buf, size_t n, const dt_comm *c, const unsigned char *mask, unsigned char want) {
     if (dt_comm_nhosts(c) < 2) return;

@@ -20,9 +20,11 @@ static void fail(dt_comm *world, dt_status st, double timeout, dt_train_end *out
             out->report = true;
             snprintf(out->msg, sizeof out->msg, "%s; %s", what, report);
         } else {
-            /* The reporter is still printing: ending the job now could take
-             * its line down with it. Its own abort usually ends us first. */
-            struct timespec ts = {2, 0};
+            /* The reporter is still diagnosing or printing: ending the job
+             * now could take its line down with it. It answered us inside our
+             * grace period, so its own grace ends at most `grace` after ours;
+             * its abort usually ends us first. */
+            struct timespec ts = {(time_t)grace + 2, (long)((grace - (double)(time_t)grace) * 1e9)};
             nanosleep(&ts, NULL);
         }
         return;

@@ -6,6 +6,8 @@
  * at most, a few milliseconds when all answer. */
 #include "hosts.h"
 
+#include "dtrain/core.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -110,13 +112,12 @@ int dt_hosts_probe(dt_host *hosts, int n, double seconds) {
         fd[i] = p[0];
         fcntl(fd[i], F_SETFL, O_NONBLOCK);
     }
-    struct timespec t0, now, nap = {0, 10 * 1000 * 1000};
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct timespec nap = {0, 10 * 1000 * 1000};
+    double t0 = dt_now();
     int lost = 0, left = 0;
     for (int i = 0; i < n; i++) left += pid[i] > 0;
     while (left > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        bool late = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > seconds;
+        bool late = dt_now() - t0 > seconds;
         for (int i = 0; i < n; i++) {
             if (pid[i] <= 0) continue;
             int status = 0;

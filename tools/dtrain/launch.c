@@ -33,6 +33,8 @@
 
 #include "hosts.h"
 
+#include "dtrain/core.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -146,12 +148,6 @@ static bool file_says(const char *path, const char *word) {
     return yes;
 }
 
-static double mono_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Waits for mpirun; stops it when a rank appended "abort" to the up file and
  * mpirun has not ended the job ABORT_GRACE seconds later. Returns its status. */
 static int wait_mpirun(pid_t pid, const char *up_path, int *stopped_code) {
@@ -166,7 +162,7 @@ static int wait_mpirun(pid_t pid, const char *up_path, int *stopped_code) {
             if (!term_at) *stopped_code = -1;
             return status;
         }
-        double now = mono_now();
+        double now = dt_now();
         struct stat st;
         if (!abort_at && up_path[0] && stat(up_path, &st) == 0 && st.st_size != seen) {
             seen = st.st_size;
