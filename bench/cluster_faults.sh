@@ -8,7 +8,11 @@
 #  2. a skewed clock: node2's wall clock 90 s ahead (libfaketime), a rank on
 #     node1 hangs: one hang report, naming the late rank;
 #  3. Slurm: a --requeue batch job across both nodes; node2 set DOWN while it
-#     runs; the job is requeued and finishes from its checkpoint.
+#     runs; the job is requeued and finishes from its checkpoint;
+#  4. the parameter server's host (node2, the server and a worker) killed with
+#     its disk under the supervisor, checkpoints on per-host disks with one
+#     replica: the job finishes on node1 (1 worker, 1 server), bitwise equal to
+#     an uninterrupted run of that layout from the same checkpoint.
 # Usage: bench/cluster_faults.sh [BUILD_DIR]
 set -u
 build=$(cd "${1:-build}" && pwd)
@@ -29,7 +33,7 @@ slurm=--slurm; command -v slurmctld > /dev/null || slurm=
 printf 'node1 slots=1\nnode2 slots=1\n' > "$tmp/h2"
 # the parameter server is the last rank: node2's worker is rank 0, node1 holds a worker and the server
 printf 'node2 slots=1\nnode1 slots=2\n' > "$tmp/h3"
-want() { case " ${FAULTS:-1 2 3} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+want() { case " ${FAULTS:-1 2 3 4} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 if want 1; then
 echo "## 1. node2's link at 10 Mbit/s (node1 at 1 Gbit/s)"
@@ -56,6 +60,22 @@ n=$(grep -c "timed out" "$tmp/skew.log")
 echo "- exit $rc, $n report(s): $(grep -o 'ranks* [0-9, ]* reached it.*' "$tmp/skew.log" | head -1)"
 echo "  node2's clock inside the cluster: $("$cl" exec node2 date +%T), node1's: $("$cl" exec node1 date +%T)"
 "$cl" skew node2 0
+fi
+if want 4; then
+echo "## 4. the parameter server's host killed with its disk (checkpoints on per-host disks, 1 replica)"
+B="--model mlp --hidden 64 --batch 64 --steps 300 --lr 0.05 --log-every 100 --eval-every 0 --strategy ps --servers 1 --consistency bsp --timeout 10"
+s=$SECONDS
+on1 "$dt" train --hostfile "$S/hostfile" $B --ckpt-every 25 --ckpt-keep 0 --ckpt-dir "$S/local/ck4" --ckpt-replicas 1 --max-restarts 1 \
+  --restart-backoff 0.1 --inject slow:rank=0:factor=3 --out "$tmp/pskill" > "$tmp/pskill.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do [ -f "$S/hosts/node2/local/ck4/ckpt-0000000050/manifest.json" ] && break; sleep 0.1; done
+"$cl" kill node2 --wipe; killed=$SECONDS
+wait $job; rc=$?
+from=$(grep -o 'resuming the parameter server from [^ ]*' "$tmp/pskill.log" | head -1 | awk '{print $6}')
+on1 "$dt" train -n 2 $B --resume "$S/local/ck4/$(basename "$from")" --out "$tmp/pskref" > "$tmp/pskref.log" 2>&1
+same=no; cmp -s "$tmp/pskill/model.safetensors" "$tmp/pskref/model.safetensors" && same=yes
+echo "- exit $rc ($((SECONDS - s)) s, node2 killed at +$((killed - s)) s); $(grep -o 'parameter server: 1 server, 1 worker' "$tmp/pskill.log" | head -1) after the restart; resumed from $(basename "$from"); $(grep -o 'resuming: [0-9]* of the checkpoint.s files from this host.s memory' "$tmp/pskill.log" | head -1); bitwise equal to the uninterrupted 2-rank run from it: $same"
+"$cl" boot node2 > /dev/null
 fi
 want 3 || exit 0
 

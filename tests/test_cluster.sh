@@ -23,7 +23,6 @@ refused "no netem" "no netem" up --latency 5
 refused "bad rate" "--rate expects" up --rate fast
 refused "nothing up" "no cluster is up" exec node1 true
 expect "--ckpt-replicas needs --ckpt-dir" --model mlp --steps 1 --ckpt-replicas 1
-expect "parameter server's checkpoints need a shared --ckpt-dir" -n 3 --strategy ps --model mlp --steps 1 --ckpt-dir "$tmp/ck" --ckpt-replicas 1
 expect "--ckpt-replicas 9 is out of range" --model mlp --steps 1 --ckpt-dir "$tmp/ck" --ckpt-replicas 9
 if [ "$(id -u)" -ne 0 ]; then
   refused "not root" "must run as root" up
@@ -100,6 +99,22 @@ if [ $rc -eq 0 ] && grep -q "lost host node2 (ranks 2-3)" "$tmp/kill.log" && gre
     ok "... bitwise equal to an uninterrupted 2-rank run from that checkpoint" || { fail "kill vs uninterrupted from $from:"; tail -3 "$tmp/kill_ref.log" | indent; }
 else fail "host kill: rc=$rc, node2's disk holds $left entries:"; grep -v '^dtrain\[' "$tmp/kill.log" | tail -8 | indent; fi
 "$cl" boot node2
+
+# ---- the parameter server on per-host disks: rank 0's host loses its disk -------------------
+# The servers (node2) and rank 0 write, and under BSP with error feedback every
+# worker too; each file also goes to the other host. node1's disk wiped (and
+# node2's newest checkpoint): --resume auto assembles step 40 from node2.
+P="--hostfile $hf -n 4 --strategy ps --servers 1 --consistency bsp --compress topk:0.1 --model mlp --hidden 64 --batch 64
+   --steps 60 --lr 0.05 --log-every 20 --eval-every 0 --ckpt-every 20 --ckpt-dir $S/local/ck_ps --ckpt-replicas 1"
+if timeout 120 "$cl" exec node1 "$dt" train $P --out "$tmp/ps_a" > "$tmp/ps_a.log" 2>&1 &&
+   [ "$(ls "$S/hosts/node2/local/ck_ps/ckpt-0000000060" | tr '\n' ' ')" = "manifest.json $(printf 'rank-%05d.safetensors ' 0 1 2 3)" ]; then
+  rm -rf "$S/hosts/node1/local/ck_ps" "$S/hosts/node2/local/ck_ps/ckpt-0000000060"
+  timeout 120 "$cl" exec node1 "$dt" train $P --resume auto --out "$tmp/ps_b" > "$tmp/ps_b.log" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "resuming the parameter server from $S/local/ck_ps/ckpt-0000000040 (step 40)" "$tmp/ps_b.log" &&
+     cmp -s "$tmp/ps_a/model.safetensors" "$tmp/ps_b/model.safetensors"; then
+    ok "parameter server, checkpoints on each host's disk with a replica on the other: node1's disk wiped, resumed from step 40 (from node2's copies), bitwise equal to the uninterrupted run"
+  else fail "parameter server resume from the other host's copies: rc=$rc:"; grep -v '^dtrain\[' "$tmp/ps_b.log" | tail -4 | indent; fi
+else fail "parameter server on per-host disks:"; tail -4 "$tmp/ps_a.log" | indent; ls "$S/hosts/node2/local/ck_ps/ckpt-0000000060" 2>&1 | indent; fi
 
 # ---- a host hangs (power loss): the hang report names it; restart without it --------------
 "$cl" exec node1 "$dt" train --hostfile "$hf" $K --timeout 4 --ckpt-dir "$S/shared/ck_freeze" --max-restarts 1 --restart-backoff 0.1 \

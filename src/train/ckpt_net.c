@@ -116,16 +116,24 @@ static void mem_path(const char *dir, const char *host, char *out, size_t n) {
     snprintf(out, n, "%s/dtrain-ckpt-%.64s-%016llx", TR_MEM_ROOT, host, (unsigned long long)h);
 }
 
-void tr_ckpt_mem_drop(tr_run *r) {
+dt_status tr_ckpt_net_end(tr_run *r) {
     struct tr_net *t = r->ck.net;
-    if (t && t->mem[0] && t->lead[t->host[t->rank]] == t->rank) remove_tree(t->mem);
+    if (!t) return DT_OK;
+    if (t->mem[0] && t->lead[t->host[t->rank]] == t->rank) remove_tree(t->mem);
+    double b = (double)t->replica_bytes;
+    dt_status st = dt_allreduce_f64(r->world, &b, 1);
+    r->res->ckpt_replica_bytes = b;
+    if (!st && b > 0 && !r->quiet) dt_log(DT_LOG_INFO, "checkpoint replicas: %.2f MB sent to other hosts", b / 1e6);
+    return st;
 }
 
 /* ---- the writer's hooks ------------------------------------------------------------ */
 
-/* Does host h keep a replica of host s's files? */
+/* Does host h keep a replica of host s's files (the R hosts with a writer
+ * after s, round the ring)? */
 static bool keeps(const struct tr_net *t, int h, int s) {
-    int d = (h - s + t->nhosts) % t->nhosts;
+    if (t->pos[h] < 0 || t->pos[s] < 0) return false;
+    int d = (t->pos[h] - t->pos[s] + t->nring) % t->nring;
     return d >= 1 && d <= t->R;
 }
 
@@ -139,21 +147,21 @@ static dt_status net_exchange(void *ctx, const char *cdir, const char *path, int
     dt_free(v);
     if (st || t->R == 0) return st;
     int me = t->host[t->rank];
-    bool lead = t->lead[me] == t->rank;
+    bool lead = t->wlead[me] == t->rank;
     char *mine = NULL, **in = dt_calloc((size_t)t->n, sizeof(char *));
     dt_req *reqs = dt_calloc((size_t)(t->n + t->R) + 1, sizeof(dt_req));
     int nr = 0;
     if (!in || !reqs) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
     if (!st && path && bytes >= 0 && !(st = tr_net_read_file(path, &mine, bytes)))
         for (int k = 1; k <= t->R && !st; k++) {
-            int to = t->lead[(me + k) % t->nhosts];
-            st = dt_isend(t->c, mine, (size_t)bytes, to, TAG_REPLICA, &reqs[nr++]);
+            int to = t->wlead[t->ring[(t->pos[me] + k) % t->nring]];
+            st = dt_isend(t->c, mine, (size_t)bytes, t->crank[to], TAG_REPLICA, &reqs[nr++]);
             t->replica_bytes += (uint64_t)bytes;
         }
     for (int q = 0; q < t->n && !st && lead; q++) {
         if (sizes[q] < 0 || !keeps(t, me, t->host[q])) continue;
         if (!(in[q] = dt_malloc((size_t)(sizes[q] > 0 ? sizes[q] : 1)))) st = dt_errorf(DT_ERR_NOMEM, "out of memory for a replica");
-        else st = dt_irecv(t->c, in[q], (size_t)sizes[q], q, TAG_REPLICA, &reqs[nr++]);
+        else st = dt_irecv(t->c, in[q], (size_t)sizes[q], t->crank[q], TAG_REPLICA, &reqs[nr++]);
     }
     if (!st) st = dt_waitall(t->c, reqs, nr, "checkpoint replicas");
     if (st && nr > 0) {
@@ -195,7 +203,7 @@ static dt_status net_manifest(void *ctx, const char *cdir, const char *mpath) {
     if (!bs && len > 0 && t->rank != 0 && !(text = dt_malloc((size_t)len))) bs = dt_errorf(DT_ERR_NOMEM, "out of memory");
     if (!bs && len > 0) bs = dt_bcast(t->c, text, (size_t)len, 0, DT_ALGO_AUTO);
     int me = t->host[t->rank];
-    if (!bs && len > 0 && t->rank != 0 && t->lead[me] == t->rank && me != t->host[0]) bs = tr_net_write_file(cdir, "manifest.json", text, len);
+    if (!bs && len > 0 && t->rank != 0 && t->wlead[me] == t->rank && me != t->host[0]) bs = tr_net_write_file(cdir, "manifest.json", text, len);
     dt_free(text);
     return st ? st : bs;
 }
@@ -228,7 +236,51 @@ static dt_status dir_shared(dt_comm *world, const char *dir, bool *shared) {
     return DT_OK;
 }
 
-dt_status tr_ckpt_storage(tr_run *r) {
+/* Hosts, leads, which ranks write and the ring of hosts with a writer;
+ * collective over the world (the writer flags). */
+static dt_status net_layout(struct tr_net *t, tr_run *r, bool writer) {
+    int n = r->n, nh = t->nhosts;
+    double *w = dt_calloc((size_t)n, sizeof(double));
+    if (!w || !(t->host = dt_calloc((size_t)n, sizeof(int))) || !(t->crank = dt_calloc((size_t)n, sizeof(int))) ||
+        !(t->lead = dt_calloc((size_t)nh, sizeof(int))) || !(t->wlead = dt_calloc((size_t)nh, sizeof(int))) ||
+        !(t->ring = dt_calloc((size_t)nh, sizeof(int))) || !(t->pos = dt_calloc((size_t)nh, sizeof(int)))) {
+        dt_free(w);
+        return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    }
+    w[r->rank] = writer ? 1.0 : 0.0;
+    dt_status st = dt_allreduce_f64(r->world, w, (size_t)n);
+    for (int h = 0; h < nh; h++) t->lead[h] = t->wlead[h] = t->pos[h] = -1;
+    for (int q = 0, k = 0; q < n; q++) {
+        int h = t->host[q] = dt_comm_host_index(r->world, q);
+        if (t->lead[h] < 0) t->lead[h] = q;
+        t->crank[q] = w[q] > 0 ? k++ : -1;
+        if (w[q] > 0 && t->wlead[h] < 0) t->wlead[h] = q;
+    }
+    for (int h = 0; h < nh; h++)
+        if (t->wlead[h] >= 0) {
+            t->pos[h] = t->nring;
+            t->ring[t->nring++] = h;
+        }
+    dt_free(w);
+    return st;
+}
+
+static void log_storage(const struct tr_net *t, const char *dir, int asked) {
+    if (t->nhosts < 2) return;
+    if (asked > t->R)
+        dt_log(DT_LOG_INFO, "--ckpt-replicas %d: only %d other host%s with checkpoint files, so %d replica%s", asked,
+               t->nring - 1, t->nring == 2 ? "" : "s", t->R, t->R == 1 ? "" : "s");
+    char next[32] = "host";
+    if (t->R > 1) snprintf(next, sizeof next, "%d hosts", t->R);
+    if (t->R)
+        dt_log(DT_LOG_INFO, "%s is local to each of the %d hosts: every host keeps its ranks' checkpoint files, and a copy of them on the next %s",
+               dir, t->nhosts, next);
+    else
+        dt_log(DT_LOG_WARN, "%s is local to each of the %d hosts and no host keeps a copy of another's files (--ckpt-replicas %d): "
+                            "the checkpoint files of a host that is lost are lost with it", dir, t->nhosts, asked);
+}
+
+dt_status tr_ckpt_storage(tr_run *r, bool writer) {
     const dt_train_cfg *c = r->c;
     if (!c->ckpt_dir) return DT_OK;
     int nh = dt_comm_nhosts(r->world);
@@ -251,47 +303,27 @@ dt_status tr_ckpt_storage(tr_run *r) {
         return dt_errorf(DT_ERR_UNSUPPORTED, "--ckpt-dir %s is each host's own disk, and writing checkpoints there needs an MPI "
                                              "with MPI_THREAD_MULTIPLE (this one has less): use a shared directory", c->ckpt_dir);
     struct tr_net *t = dt_calloc(1, sizeof *t);
-    if (!t || !(t->host = dt_calloc((size_t)r->n, sizeof(int))) || !(t->lead = dt_calloc((size_t)nh, sizeof(int)))) {
-        r->ck.net = t;
-        return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    }
+    if (!t) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     r->ck.net = t;
     snprintf(t->mem, sizeof t->mem, "%s", mem);
     t->rank = r->rank;
     t->n = r->n;
     t->nhosts = nh;
-    for (int h = 0; h < nh; h++) t->lead[h] = -1;
-    for (int q = 0; q < r->n; q++) {
-        t->host[q] = dt_comm_host_index(r->world, q);
-        if (t->lead[t->host[q]] < 0) t->lead[t->host[q]] = q;
-    }
-    t->R = c->ckpt_replicas < nh - 1 ? c->ckpt_replicas : nh - 1;
-    if (r->lead && nh > 1) {
-        if (c->ckpt_replicas > t->R)
-            dt_log(DT_LOG_INFO, "--ckpt-replicas %d: only %d other host%s, so %d replica%s", c->ckpt_replicas, nh - 1,
-                   nh == 2 ? "" : "s", t->R, t->R == 1 ? "" : "s");
-        char next[32] = "host";
-        if (t->R > 1) snprintf(next, sizeof next, "%d hosts", t->R);
-        if (t->R)
-            dt_log(DT_LOG_INFO, "%s is local to each of the %d hosts: every host keeps its ranks' checkpoint files, and a copy of them on the next %s",
-                   c->ckpt_dir, nh, next);
-        else
-            dt_log(DT_LOG_WARN, "%s is local to each of the %d hosts and --ckpt-replicas is 0: the checkpoint files of a host that is lost are lost with it",
-                   c->ckpt_dir, nh);
-    }
-    return dt_comm_split(r->world, 0, r->rank, &t->c);
+    if ((st = net_layout(t, r, writer))) return st;
+    t->R = c->ckpt_replicas < t->nring - 1 ? c->ckpt_replicas : t->nring - 1;
+    if (t->R < 0) t->R = 0;
+    if (r->lead) log_storage(t, c->ckpt_dir, c->ckpt_replicas);
+    return dt_comm_split(r->world, writer ? 0 : 1, r->rank, &t->c);
 }
 
-void tr_ckpt_net_attach(tr_run *r) {
+void tr_ckpt_net_attach(tr_run *r, dt_ckpt_writer *w) {
     struct tr_net *t = r->ck.net;
-    if (!t || !r->ck.w) return;
+    if (!t || !w) return;
     dt_comm_set_timeout(t->c, 10 * r->c->timeout);
-    dt_ckpt_net net = {.ctx = t, .host_lead = t->lead[t->host[t->rank]] == t->rank,
+    dt_ckpt_net net = {.ctx = t, .host_lead = t->wlead[t->host[t->rank]] == t->rank,
                        .exchange = net_exchange, .manifest = net_manifest};
-    dt_ckpt_writer_set_net(r->ck.w, &net);
+    dt_ckpt_writer_set_net(w, &net);
 }
-
-uint64_t tr_ckpt_replica_bytes(const tr_run *r) { return r->ck.net ? r->ck.net->replica_bytes : 0; }
 
 void tr_ckpt_net_free(tr_run *r) {
     struct tr_net *t = r->ck.net;
@@ -299,6 +331,10 @@ void tr_ckpt_net_free(tr_run *r) {
     dt_comm_destroy(t->c);
     dt_free(t->host);
     dt_free(t->lead);
+    dt_free(t->crank);
+    dt_free(t->wlead);
+    dt_free(t->ring);
+    dt_free(t->pos);
     dt_free(t);
     r->ck.net = NULL;
 }

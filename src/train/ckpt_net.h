@@ -6,10 +6,14 @@
 #include "run.h"
 
 struct tr_net {
-    dt_comm *c;          /* the writer thread's communicator (split from the world) */
-    int rank, n, nhosts, R;
-    int *host;           /* rank -> host (0..nhosts-1) */
-    int *lead;           /* host -> its lowest rank, which writes what the host receives */
+    dt_comm *c;          /* the writers' communicator (split from the world; key = world rank) */
+    int rank, n, nhosts, R; /* world rank and size, hosts of the job, replicas */
+    int *host;           /* world rank -> host (0..nhosts-1) */
+    int *lead;           /* host -> its lowest rank, which assembles the host's files at resume */
+    int *crank;          /* world rank -> its rank in c, -1: writes no checkpoint */
+    int *wlead;          /* host -> its lowest writer, which receives replicas, -1: none */
+    int *ring, nring;    /* the hosts with a writer, in host order: replicas go round it */
+    int *pos;            /* host -> its place in ring, -1 */
     uint64_t replica_bytes;
     char mem[512];       /* this host's memory store of received replicas ("" none) */
 };

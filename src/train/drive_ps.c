@@ -38,8 +38,11 @@ static dt_status server_ckpt(void *ctx, int64_t clock, size_t lo, size_t len, co
     size_t zero = 0;
     dt_ckpt_shard sh = {.n = 1, .arena_off = &lo, .len = &len, .state_off = &zero, .params_too = true};
     dt_status st = dt_ckpt_save_async(p->ckw, p->r->m, opt, &sh, NULL, &cs);
-    /* Synchronous for the server: the range changes as soon as the workers go on. */
-    return st ? st : dt_ckpt_flush(p->ckw);
+    /* On a shared directory the file is on disk before the workers go on.
+     * On per-host disks the writers meet over the network (rank 0's only
+     * after this acknowledgement): the snapshot is taken, the write goes on
+     * behind the serving. */
+    return st || p->r->ck.net ? st : dt_ckpt_flush(p->ckw);
 }
 
 /* Worker momentum: as backward finishes a block, its gradients become this
@@ -80,20 +83,24 @@ static dt_status ps_begin(ps_run *p) {
     p->own_ckpt = p->ef_ckpt || dt_train_worker_momentum(c);
     p->scfg = tr_applied_optim(c);
     if (c->ckpt_dir) {
+        bool writes = r->rank == 0 || r->rank >= p->W || p->own_ckpt;
         int *wr = dt_calloc((size_t)N, sizeof(int)), nw = 0;
         if (!wr) return dt_errorf(DT_ERR_NOMEM, "out of memory");
         for (int q = 0; q < N; q++)
             if (q == 0 || q >= p->W || p->own_ckpt) wr[nw++] = q;
-        if (r->rank == 0 || r->rank >= p->W || p->own_ckpt)
-            st = dt_ckpt_writer_create(&p->ckw, c->ckpt_dir, r->rank, N, wr, nw, c->ckpt_keep, 10 * c->timeout);
+        st = tr_ckpt_storage(r, writes);
+        if (!st && writes) st = dt_ckpt_writer_create(&p->ckw, c->ckpt_dir, r->rank, N, wr, nw, c->ckpt_keep, 10 * c->timeout);
         dt_free(wr);
         if (st) return st;
+        tr_ckpt_net_attach(r, p->ckw);
     }
     p->base = (dt_ckpt_state){.seed = c->seed, .world = N, .dp = p->W, .pp = 1, .tp = 1, .batch = c->batch, .optim = c->optim.kind};
     snprintf(p->base.config, sizeof p->base.config, "%s", c->config_json ? c->config_json : "{}");
     if (dt_train_worker_momentum(c) && r->rank < p->W && !(p->wm = dt_alloc_floats(r->m->n)))
         return dt_errorf(DT_ERR_NOMEM, "out of memory for the worker momentum");
-    if (!c->resume || !tr_resume_path(c, r->lead, p->resume_path, sizeof p->resume_path)) {
+    bool found = false;
+    if (c->resume && r->ck.net && (st = tr_ckpt_gather(r, p->resume_path, sizeof p->resume_path, &found))) return st;
+    if (!c->resume || !(r->ck.net ? found : tr_resume_path(c, r->lead, p->resume_path, sizeof p->resume_path))) {
         p->resume_path[0] = '\0';
         return DT_OK;
     }
@@ -325,6 +332,8 @@ dt_status tr_drive_ps(tr_run *r) {
     /* This process's steps only (a resumed run did not train the first `start`). */
     res->items_per_s = (double)(r->total - r->start_step) * c->batch * (r->data.lm ? r->data.T : 1) /
                        (res->seconds > 1e-9 ? res->seconds : 1e-9);
+    if (!st && p.ckw) st = dt_ckpt_flush(p.ckw);
+    if (!st) st = tr_ckpt_net_end(r);
     if (!st) st = ps_finish(&p);
     if (p.ckw) {
         dt_status fs = dt_ckpt_flush(p.ckw);

@@ -113,15 +113,18 @@ dt_status tr_same_run(const dt_train_cfg *c, const char *path, const dt_ckpt_sta
 dt_status tr_resume(tr_run *r);
 dt_status tr_ckpt_open(tr_run *r);
 /* Whether --ckpt-dir is one directory for all ranks or one per host (then
- * r->ck.net); collective over the world (ckpt_net.c). */
-dt_status tr_ckpt_storage(tr_run *r);
-/* Hands r->ck.net to the writer (after tr_ckpt_open); frees it (after the writer). */
-void tr_ckpt_net_attach(tr_run *r);
+ * r->ck.net, over which the ranks with `writer` set meet at each checkpoint);
+ * collective over the world (ckpt_net.c). */
+dt_status tr_ckpt_storage(tr_run *r, bool writer);
+/* Hands r->ck.net to a writer (a rank that passed writer = true), or nothing
+ * without it; tr_ckpt_net_free frees it (after the writer). */
+void tr_ckpt_net_attach(tr_run *r, dt_ckpt_writer *w);
 void tr_ckpt_net_free(tr_run *r);
-/* Frees this host's memory copies of checkpoint replicas (after a completed run). */
-void tr_ckpt_mem_drop(tr_run *r);
-/* Bytes of checkpoint replicas this rank sent to other hosts. */
-uint64_t tr_ckpt_replica_bytes(const tr_run *r);
+/* After a completed run with per-host checkpoints (else nothing): frees this
+ * host's memory copies of replicas (no restart will want them) and sets
+ * r->res->ckpt_replica_bytes to the job's replica traffic; collective over the
+ * world. */
+dt_status tr_ckpt_net_end(tr_run *r);
 /* Resume with per-host directories: assembles the newest checkpoint the hosts
  * present hold together (or --resume's) on every host; path gets its directory
  * and *found whether there is one (ckpt_gather.c). Collective. */

@@ -59,7 +59,7 @@ dt_status tr_ckpt_open(tr_run *r) {
             if (!(k->gbuf[i] = dt_alloc_floats(len[i]))) return dt_errorf(DT_ERR_NOMEM, "out of memory for checkpoint buffers");
     }
     dt_status st = dt_ckpt_writer_create(&k->w, c->ckpt_dir, r->rank, r->n, k->writers, n_writers, c->ckpt_keep, 10 * c->timeout);
-    if (!st) tr_ckpt_net_attach(r);
+    if (!st) tr_ckpt_net_attach(r, k->w);
     return st;
 }
 

@@ -252,7 +252,7 @@ static dt_status start_reporters(tr_run *r) {
 static dt_status begin(tr_run *r) {
     const dt_train_cfg *c = r->c;
     dt_status st = DT_OK;
-    if ((st = tr_setup_strategy(r)) || (st = tr_ckpt_storage(r)) || (st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = start_reporters(r))) return st;
+    if ((st = tr_setup_strategy(r)) || (st = tr_ckpt_storage(r, true)) || (st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = start_reporters(r))) return st;
     r->t0 = r->win.t0 = dt_now();
     if (c->trace) {
         if ((st = dt_trace_create(&r->trace, r->rank, r->t0))) return st;
@@ -313,14 +313,7 @@ static dt_status finish(tr_run *r) {
         if ((st = dt_ckpt_flush(r->ck.w))) return st;
         res->ckpt_blocking_s = dt_ckpt_blocking_seconds(r->ck.w);
     }
-    if (r->ck.net) {
-        /* The run completed: no restart will want the replicas held in memory. */
-        tr_ckpt_mem_drop(r);
-        double b = (double)tr_ckpt_replica_bytes(r);
-        if ((st = dt_allreduce_f64(r->world, &b, 1))) return st;
-        res->ckpt_replica_bytes = b;
-        if (b > 0 && !r->quiet) dt_log(DT_LOG_INFO, "checkpoint replicas: %.2f MB sent to other hosts", b / 1e6);
-    }
+    if ((st = tr_ckpt_net_end(r))) return st;
     res->seconds = dt_now() - r->t0;
     res->steps = r->total;
     res->test_acc = r->acc;

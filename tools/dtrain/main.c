@@ -211,7 +211,9 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     if (c.cfg.min_lr > c.cfg.lr) c.cfg.min_lr = c.cfg.lr;
     if (c.cfg.strategy == DT_STRATEGY_HOGWILD) c.cfg.hogwild_threads = c.threads;
     if (dt_train_cfg_check(&c.cfg)) return usage_error("%s", dt_error_msg());
-    if (c.cfg.resume && strcmp(c.cfg.resume, "auto") != 0 && access(c.cfg.resume, F_OK) != 0)
+    /* Checked where the command was typed: a rank on another host may lack the
+     * path (its own disk) and get the checkpoint's files from the others. */
+    if (c.cfg.resume && strcmp(c.cfg.resume, "auto") != 0 && !dt_under_mpi_launcher() && access(c.cfg.resume, F_OK) != 0)
         return usage_error("--resume %s: no such checkpoint", c.cfg.resume);
     /* Flags are valid. Supervise (the child comes back here with DTRAIN_SUPERVISED). */
     if (c.max_restarts > 0 && !getenv("DTRAIN_SUPERVISED") && !dt_under_mpi_launcher()) {
