@@ -50,14 +50,24 @@ static float expect(int p, size_t i, dt_reduce_op op) {
     return op == DT_OP_AVG ? sum_of(p, i) * (1.0f / (float)p) : sum_of(p, i);
 }
 
-static const dt_algo ALGOS[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_NATIVE, DT_ALGO_AUTO};
+static const dt_algo ALGOS[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_SHM, DT_ALGO_HIER, DT_ALGO_NATIVE, DT_ALGO_AUTO};
 #define NALGO (sizeof ALGOS / sizeof ALGOS[0])
+static int HOSTS = 1; /* --pretend-hosts K */
+
+/* shm on ranks that (pretend to) sit on several hosts: refused, with why. */
+static bool refused_shm(dt_algo a, float *buf, size_t count) {
+    if (a != DT_ALGO_SHM || HOSTS == 1 || P == 1 || count == 0) return false;
+    dt_status st = dt_allreduce(W, buf, count, DT_OP_SUM, a);
+    test_cond("shm across hosts refused", st == DT_ERR_INVALID && strstr(dt_error_msg(), "needs every rank on one host"));
+    return true;
+}
 
 /* All-reduce, reduce-scatter and all-gather of one count, one algorithm, one op. */
 static void test_one(dt_algo a, dt_reduce_op op, size_t count, size_t seg, float *buf) {
     char what[160];
     const char *opn = op == DT_OP_SUM ? "sum" : "avg";
     size_t bad = 0;
+    if (refused_shm(a, buf, count)) return;
 
     /* all-reduce */
     for (size_t i = 0; i < count; i++) buf[i] = contrib(R, i);
@@ -107,6 +117,7 @@ static void test_determinism(void) {
             dt_comm_set_max_segment(W, k % 2 ? 4096 : (size_t)1 << 20);
             for (size_t i = 0; i < n; i++) a[i] = b[i] = 0.1f * (float)(R + 1) + 1e-3f * (float)(i % 1013) + 1e-7f;
             char what[96];
+            if (refused_shm(ALGOS[k], a, n)) continue;
             snprintf(what, sizeof what, "determinism %s %s", dt_algo_name(ALGOS[k]), op ? "avg" : "sum");
             check_ok(what, dt_allreduce(W, a, n, (dt_reduce_op)op, ALGOS[k]));
             check_ok(what, dt_allreduce(W, b, n, (dt_reduce_op)op, ALGOS[k]));
@@ -154,8 +165,8 @@ static void test_split(void) {
     test_cond("split rank", gr == R / 2);
     test_cond("split world rank", dt_comm_world_rank(g, gr) == R);
     float buf[1000];
-    const dt_algo as[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_NATIVE};
-    for (size_t k = 0; k < 4; k++) {
+    const dt_algo as[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_NATIVE, DT_ALGO_HIER, DT_ALGO_AUTO};
+    for (size_t k = 0; k < sizeof as / sizeof as[0]; k++) {
         for (size_t i = 0; i < 1000; i++) buf[i] = contrib(R, i);
         check_ok("split allreduce", dt_allreduce(g, buf, 1000, DT_OP_SUM, as[k]));
         size_t bad = 0;
@@ -190,14 +201,16 @@ static void test_p2p(void) {
  * communicator) that its all-reduce timed out; they must time out after ~1 s,
  * the message naming the rank they waited for (rank 0 for its ring neighbour).
  * The timed-out communicator is dropped after a deadline-free world barrier. */
-static void test_timeout(void) {
+static void test_timeout(dt_algo a) {
     if (P < 2) return;
     dt_comm *t = NULL;
     check_ok("split for timeout", dt_comm_split(W, 0, R, &t));
     if (!t) return;
+    float buf[64];
+    /* shared memory: the topology and the segment are made while all are here */
+    if (a == DT_ALGO_SHM) check_ok("shm all-reduce before the timeout", dt_allreduce(t, buf, 64, DT_OP_SUM, a));
     dt_comm_set_timeout(t, 1.0);
     dt_comm_set_step(t, 12);
-    float buf[64];
     for (int i = 0; i < 64; i++) buf[i] = 1;
     enum { TAG_TIMED_OUT = 9 };
     if (R == 0) {
@@ -211,17 +224,19 @@ static void test_timeout(void) {
     /* The others have given up: rank 0 only shows that joining late is harmless. */
     if (R == 0) dt_comm_set_timeout(t, 0.1);
     double t0 = dt_now();
-    dt_status st = dt_allreduce(t, buf, 64, DT_OP_SUM, DT_ALGO_RING);
+    dt_status st = dt_allreduce(t, buf, 64, DT_OP_SUM, a);
     double took = dt_now() - t0;
     if (R != 0) {
         printf("rank %d: %.2f s: %s\n", R, took, dt_error_msg());
         test_cond("late rank 0 -> DT_ERR_TIMEOUT", st == DT_ERR_TIMEOUT);
         test_cond("timeout within 1 s + margin", took > 0.9 && took < 2.5);
-        test_cond("message names the operation and step", strstr(dt_error_msg(), "allreduce(ring) timed out") &&
-                                                               strstr(dt_error_msg(), "at step 12"));
-        if (R == 1) test_cond("ring neighbour names rank 0", strstr(dt_error_msg(), "waiting for rank 0 (recv)"));
+        char op[64];
+        snprintf(op, sizeof op, "allreduce(%s) timed out", dt_algo_name(a));
+        test_cond("message names the operation and step", strstr(dt_error_msg(), op) && strstr(dt_error_msg(), "at step 12"));
+        if (R == 1 && a == DT_ALGO_RING) test_cond("ring neighbour names rank 0", strstr(dt_error_msg(), "waiting for rank 0 (recv)"));
+        if (a == DT_ALGO_SHM) test_cond("names rank 0 (shared memory)", strstr(dt_error_msg(), "waiting for rank 0 (shared memory)"));
         /* A timed-out communicator refuses further work. */
-        test_cond("broken comm refuses work", dt_allreduce(t, buf, 64, DT_OP_SUM, DT_ALGO_RING) == DT_ERR_COMM);
+        test_cond("broken comm refuses work", dt_allreduce(t, buf, 64, DT_OP_SUM, a) == DT_ERR_COMM);
         dt_req q;
         check_ok("isend note", dt_isend(W, NULL, 0, 0, TAG_TIMED_OUT, &q));
         check_ok("note sent", dt_waitall(W, &q, 1, "note"));
@@ -235,18 +250,33 @@ static void test_timeout(void) {
     dt_comm_destroy(t);
 }
 
+/* Large counts (several rounds of the shared segment) for the topology-aware
+ * algorithms, and their agreement with the flat ring within float rounding. */
+static void test_topology_large(float *buf) {
+    const size_t n = 1000003;
+    const dt_algo as[] = {DT_ALGO_SHM, DT_ALGO_HIER, DT_ALGO_AUTO};
+    for (size_t k = 0; k < sizeof as / sizeof as[0]; k++)
+        for (int op = 0; op < 2; op++) test_one(as[k], (dt_reduce_op)op, n, (size_t)1 << 20, buf);
+    char desc[160];
+    dt_comm_topology_desc(W, desc, sizeof desc);
+    if (R == 0) printf("test_comm: topology %s\n", desc);
+}
+
 int main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
     /* Under tests.cmake's mpiexec (Open MPI) or alone: the self communicator. */
     if (dt_comm_init(getenv("OMPI_COMM_WORLD_SIZE") != NULL, &W)) {
+        fprintf(stderr, "test_comm: %s\n", dt_error_msg());
+        return 1;
+    }
+    if (argc == 3 && strcmp(argv[1], "--pretend-hosts") == 0) HOSTS = atoi(argv[2]);
+    if (HOSTS > 1 && dt_comm_pretend_hosts(W, HOSTS)) {
         fprintf(stderr, "test_comm: %s\n", dt_error_msg());
         return 1;
     }
     P = dt_comm_size(W);
     R = dt_comm_rank(W);
     dt_comm_set_timeout(W, 30);
-    if (R == 0) printf("test_comm: %d rank(s), %s\n", P, dt_comm_is_mpi(W) ? "MPI" : "self");
+    if (R == 0) printf("test_comm: %d rank(s), %s, %d host(s)\n", P, dt_comm_is_mpi(W) ? "MPI" : "self", dt_comm_nhosts(W));
 
     /* Partition convention and names. */
     test_cond("chunk off", dt_chunk_off(10, 3, 0) == 0 && dt_chunk_off(10, 3, 1) == 4 && dt_chunk_off(10, 3, 3) == 10);
@@ -260,7 +290,7 @@ int main(int argc, char **argv) {
 
     size_t counts[] = {0, 1, (size_t)P - 1, (size_t)P, 7, 1000, 100003};
     const size_t ncounts = sizeof counts / sizeof counts[0];
-    float *buf = dt_alloc_floats(100003);
+    float *buf = dt_alloc_floats(1000003);
     for (size_t k = 0; k < NALGO; k++) {
         for (int op = 0; op < 2; op++) {
             for (size_t n = 0; n < ncounts; n++) {
@@ -274,18 +304,21 @@ int main(int argc, char **argv) {
             }
         }
     }
+    test_topology_large(buf);
     dt_free(buf);
     test_determinism();
     const size_t bsizes[] = {0, 1, 3, 1000, 400003};
     for (size_t k = 0; k < sizeof bsizes / sizeof bsizes[0]; k++) {
         test_bcast(bsizes[k], DT_ALGO_AUTO);
         test_bcast(bsizes[k], DT_ALGO_NATIVE);
+        if (HOSTS == 1) test_bcast(bsizes[k], DT_ALGO_SHM);
     }
     for (int i = 0; i < 5; i++) check_ok("barrier", dt_barrier(W));
     test_f64();
     test_split();
     test_p2p();
-    test_timeout();
+    test_timeout(DT_ALGO_RING);
+    if (HOSTS == 1) test_timeout(DT_ALGO_SHM);
 
     int rc = test_report();
     double worst = max_all(W, rc);

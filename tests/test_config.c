@@ -50,7 +50,7 @@ static const row rows[] = {
     {"quiet", NULL, "true", "2", "--quiet takes no value"},
     {"trace", "t.json", "t.json", NULL, NULL},
     {"zero", "2", "2", "3", "--zero 3 is out of range [0, 2]"},
-    {"allreduce", "rhd", "rhd", "butterfly", "--allreduce must be ring, rhd, rd, native or auto, got 'butterfly'"},
+    {"allreduce", "rhd", "rhd", "butterfly", "--allreduce must be ring, rhd, rd, shm, hier, native or auto, got 'butterfly'"},
     {"bucket-mb", "0.25", "0.25", "0", "--bucket-mb 0 is out of range"},
     {"no-overlap", NULL, "true", "x", "--no-overlap takes no value"},
     {"compress", "topk:0.0123:fp16", "topk:0.0123:fp16", "zip", "must be none, fp16, bf16, int8, topk:RATIO, sign or powersgd:RANK"},

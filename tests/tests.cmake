@@ -52,19 +52,29 @@ endforeach()
 find_program(DT_MPIEXEC NAMES mpiexec mpirun HINTS ${MPIEXEC_EXECUTABLE})
 # dt_mpi_test(TARGET NP...): TARGET under mpiexec at each rank count.
 function(dt_mpi_test target)
+  dt_mpi_test_args(${target} "" "" ${ARGN})
+endfunction()
+# dt_mpi_test_args(TARGET SUFFIX ARGS NP...): the same with the program's
+# arguments ARGS (a ;-list), named TARGET_npN_SUFFIX.
+function(dt_mpi_test_args target suffix args)
   if(NOT DT_MPIEXEC OR NOT TARGET ${target})
     return()
   endif()
   foreach(np ${ARGN})
-    add_test(NAME ${target}_np${np}
+    set(name ${target}_np${np}${suffix})
+    add_test(NAME ${name}
              COMMAND ${DT_MPIEXEC} -n ${np} --oversubscribe --mca btl self,vader,tcp
-                     $<TARGET_FILE:${target}>
+                     $<TARGET_FILE:${target}> ${args}
              WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}/tests)
-    set_tests_properties(${target}_np${np} PROPERTIES
+    set_tests_properties(${name} PROPERTIES
       ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1;ASAN_OPTIONS=fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0"
       TIMEOUT 120 LABELS mpi)
   endforeach()
 endfunction()
 dt_mpi_test(test_comm 2 3 4 5)
+# The hierarchical algorithms on ranks that pretend to sit on several hosts:
+# 2 x 2 (even), 3 + 2 (uneven), one rank per host.
+dt_mpi_test_args(test_comm _hosts2 "--pretend-hosts;2" 4 5)
+dt_mpi_test_args(test_comm _hosts3 "--pretend-hosts;3" 3)
 # The compressed collectives across ranks, the same way.
 dt_mpi_test(test_gradcomp 2 3 4)

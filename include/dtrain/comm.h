@@ -25,16 +25,18 @@ typedef struct dt_comm dt_comm;
 typedef enum { DT_OP_SUM, DT_OP_AVG } dt_reduce_op;
 
 typedef enum {
-    DT_ALGO_AUTO,     /* chosen by size and rank count (thresholds measured, see auto.c) */
+    DT_ALGO_AUTO,     /* chosen by topology, size and rank count (auto.c) */
     DT_ALGO_RING,     /* segmented ring: reduce-scatter + all-gather */
     DT_ALGO_RHD,      /* recursive halving-doubling (Rabenseifner), any rank count */
     DT_ALGO_RD,       /* recursive doubling: small messages */
+    DT_ALGO_SHM,      /* through a shared-memory segment: every rank on one host */
+    DT_ALGO_HIER,     /* hierarchical: shared memory inside each host, then across hosts */
     DT_ALGO_NATIVE,   /* MPI's own collective */
     DT_ALGO_COUNT
 } dt_algo;
 
 const char *dt_algo_name(dt_algo a);                   /* "ring" */
-dt_status dt_algo_parse(const char *s, dt_algo *out);  /* ring|rhd|rd|native|auto */
+dt_status dt_algo_parse(const char *s, dt_algo *out);  /* ring|rhd|rd|shm|hier|native|auto */
 
 size_t dt_chunk_off(size_t count, int size, int r);
 size_t dt_chunk_len(size_t count, int size, int r);
@@ -77,6 +79,40 @@ const char *dt_comm_host(const dt_comm *c, int r);
 int dt_comm_host_index(const dt_comm *c, int r);
 int dt_comm_nhosts(const dt_comm *c);
 void dt_comm_hosts_desc(const dt_comm *c, char *buf, size_t n);
+
+/* Testing: makes the world's ranks look as if they sat on k hosts (blocks of
+ * consecutive ranks, host names NAME/0 ... NAME/k-1) though they run on one
+ * machine, so that the hierarchical algorithms run here. Call on every rank
+ * right after dt_comm_init, before any collective. */
+dt_status dt_comm_pretend_hosts(dt_comm *world, int k);
+/* What the topology-aware algorithms see of c: hosts, ranks per host (the
+ * most on one host; even: every host holds that many), and whether the ranks of
+ * a host share a memory segment. Collective over c the first time it (or a
+ * collective that needs the topology) runs on c. */
+typedef struct dt_comm_topo_info {
+    int hosts, per_host;
+    bool even, shm;
+} dt_comm_topo_info;
+dt_status dt_comm_topology(dt_comm *c, dt_comm_topo_info *out);
+/* The same as "2 hosts x 2 ranks, shared memory inside a host" into buf. */
+void dt_comm_topology_desc(dt_comm *c, char *buf, size_t n);
+
+/* ---- cost model ----------------------------------------------------------------
+ * alpha (s per message) and beta (s per byte) of each link level: inside a host
+ * (shared memory) and across hosts (a host's link), and gamma (s per byte
+ * summed). `dtrain bench allreduce --fit` measures them; the planner predicts
+ * with them. */
+typedef struct dt_link_cost {
+    double alpha, beta;
+} dt_link_cost;
+typedef struct dt_cost_model {
+    dt_link_cost local, cross;
+    double gamma;
+} dt_cost_model;
+/* Predicted seconds of one all-reduce of `bytes` by algo (AUTO: what AUTO
+ * would pick there) on hosts x per_host ranks, ranks numbered host by host.
+ * The formulas are those in the algorithms' opening comments (cost.c). */
+double dt_allreduce_predict(const dt_cost_model *m, dt_algo algo, int hosts, int per_host, size_t bytes);
 
 /* Deadline of every wait, seconds (default 60; <= 0: wait forever). */
 void dt_comm_set_timeout(dt_comm *c, double seconds);

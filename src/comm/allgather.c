@@ -3,7 +3,8 @@
  *
  * ring (the ring all-reduce's second half, allreduce_ring.c, segmented):
  *   Cost = (p-1).alpha + n.(p-1)/p.beta   (n bytes in all, p ranks)
- * native: MPI_Allgatherv in place. rhd and rd map to the ring: recursive
+ * shm, hier: shared memory inside a host after a direct exchange across hosts
+ * (hier.c). native: MPI_Allgatherv in place. rhd and rd map to the ring: recursive
  * doubling needs power-of-two aligned blocks, which the convention's chunks
  * are not for every p, and at these sizes the ring's bandwidth term is the one
  * that matters. Copies are bit-exact, so every rank ends with identical bits. */
@@ -13,6 +14,9 @@ dt_status dt_allgather(dt_comm *c, float *buf, size_t count, dt_algo algo) {
     dt_status st = dt_comm_usable(c, "allgather");
     if (st || count == 0 || c->size == 1) return st;
     if ((unsigned)algo >= DT_ALGO_COUNT) return dt_errorf(DT_ERR_INVALID, "allgather: bad algorithm %d", (int)algo);
+    if (algo == DT_ALGO_AUTO && (st = dt_auto_prepare(c))) return st;
+    if (algo == DT_ALGO_AUTO) algo = dt_auto_allgather(c, count * sizeof(float));
     if (algo == DT_ALGO_NATIVE) return dt_allgather_native(c, buf, count);
+    if (algo == DT_ALGO_SHM || algo == DT_ALGO_HIER) return dt_allgather_topo(c, buf, count, algo == DT_ALGO_SHM);
     return dt_ring_allgather(c, buf, count, "allgather(ring)");
 }

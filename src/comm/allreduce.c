@@ -6,8 +6,10 @@
  *   rhd    (allreduce_rhd.c)   2 lg p.alpha + 2n(p-1)/p.beta + n(p-1)/p.gamma
  *                              (+ 2n.beta + n.gamma when p is not a power of two)
  *   ring   (allreduce_ring.c)  2(p-1).alpha + 2n(p-1)/p.beta + n(p-1)/p.gamma
+ *   shm, hier (hier.c)         shared memory inside a host, hierarchical across
+ *                              hosts (costs there)
  *   native (native.c)          MPI_Allreduce, for comparison (no deadline)
- * AUTO picks by size and p (auto.c). One rank or count 0: nothing moves.
+ * AUTO picks by topology, size and p (auto.c). One rank or count 0: nothing moves.
  *
  * AVG is SUM followed by one multiplication by 1/size (rounded once to float),
  * applied by the algorithms to the reduced values before they are spread, so
@@ -21,11 +23,14 @@ dt_status dt_allreduce(dt_comm *c, float *buf, size_t count, dt_reduce_op op, dt
     if (st) return st;
     if ((unsigned)algo >= DT_ALGO_COUNT) return dt_errorf(DT_ERR_INVALID, "allreduce: bad algorithm %d", (int)algo);
     if (count == 0 || c->size == 1) return DT_OK;
+    if (algo == DT_ALGO_AUTO && (st = dt_auto_prepare(c))) return st;
     if (algo == DT_ALGO_AUTO) algo = dt_auto_allreduce(c, count * sizeof(float));
     switch (algo) {
     case DT_ALGO_RING: return dt_allreduce_ring(c, buf, count, op);
     case DT_ALGO_RHD: return dt_allreduce_rhd(c, buf, count, op);
     case DT_ALGO_RD: return dt_allreduce_rd(c, buf, count, op);
+    case DT_ALGO_SHM: return dt_allreduce_shm(c, buf, count, op);
+    case DT_ALGO_HIER: return dt_allreduce_hier(c, buf, count, op);
     case DT_ALGO_NATIVE: return dt_allreduce_native(c, buf, count, op);
     default: return dt_errorf(DT_ERR_INVALID, "allreduce: bad algorithm %d", (int)algo);
     }

@@ -29,7 +29,21 @@
 
 static bool pow2(int p) { return p > 0 && (p & (p - 1)) == 0; }
 
+dt_status dt_auto_prepare(dt_comm *c) {
+    dt_topo *t;
+    return c->is_mpi && c->size > 1 ? dt_topo_get(c, &t) : DT_OK;
+}
+
+/* Shared memory when ranks share a host: shm on one host, hier across hosts. */
+static dt_algo by_topology(const dt_comm *c) {
+    const dt_topo *t = c->topo;
+    if (!t || !t->shm_ok) return DT_ALGO_AUTO;
+    return t->nhosts == 1 ? DT_ALGO_SHM : DT_ALGO_HIER;
+}
+
 dt_algo dt_auto_allreduce(const dt_comm *c, size_t bytes) {
+    dt_algo a = by_topology(c);
+    if (a != DT_ALGO_AUTO) return a;
     if (bytes <= DT_AUTO_RD_MAX) return DT_ALGO_RD;
     if (bytes <= DT_AUTO_RHD_MAX && pow2(c->size)) return DT_ALGO_RHD;
     return DT_ALGO_RING;
@@ -37,6 +51,13 @@ dt_algo dt_auto_allreduce(const dt_comm *c, size_t bytes) {
 
 /* Reduce-scatter: rd (whole all-reduce, latency-bound) when small, else ring. */
 dt_algo dt_auto_reduce_scatter(const dt_comm *c, size_t bytes) {
-    (void)c;
+    dt_algo a = by_topology(c);
+    if (a != DT_ALGO_AUTO && c->topo->even) return a;
     return bytes <= DT_AUTO_RD_MAX ? DT_ALGO_RD : DT_ALGO_RING;
+}
+
+dt_algo dt_auto_allgather(const dt_comm *c, size_t bytes) {
+    (void)bytes;
+    dt_algo a = by_topology(c);
+    return a != DT_ALGO_AUTO && c->topo->even ? a : DT_ALGO_RING;
 }

@@ -17,6 +17,11 @@ dt_status dt_bcast(dt_comm *c, void *buf, size_t bytes, int root, dt_algo algo) 
     if ((unsigned)algo >= DT_ALGO_COUNT) return dt_errorf(DT_ERR_INVALID, "bcast: bad algorithm %d", (int)algo);
     if (bytes == 0 || c->size == 1) return DT_OK;
     if (algo == DT_ALGO_NATIVE) return dt_bcast_native(c, buf, bytes, root);
+    /* AUTO: through shared memory when the topology is known already and
+     * every rank is on one host (a broadcast never makes the topology: the
+     * set-up of the shared segment itself broadcasts). */
+    if ((algo == DT_ALGO_AUTO && c->topo && c->topo->shm_ok && c->topo->nhosts == 1) || algo == DT_ALGO_SHM)
+        return dt_bcast_shm(c, buf, bytes, root);
 
     const int p = c->size, v = (c->rank - root + p) % p;
     int mask = 1;

@@ -22,7 +22,8 @@ static bool g_mpi_by_us = false; /* we called MPI_Init_thread */
 
 static const char *const g_algo_names[DT_ALGO_COUNT] = {
     [DT_ALGO_AUTO] = "auto", [DT_ALGO_RING] = "ring", [DT_ALGO_RHD] = "rhd",
-    [DT_ALGO_RD] = "rd",     [DT_ALGO_NATIVE] = "native",
+    [DT_ALGO_RD] = "rd",     [DT_ALGO_SHM] = "shm",   [DT_ALGO_HIER] = "hier",
+    [DT_ALGO_NATIVE] = "native",
 };
 
 const char *dt_algo_name(dt_algo a) {
@@ -37,7 +38,7 @@ dt_status dt_algo_parse(const char *s, dt_algo *out) {
             return DT_OK;
         }
     }
-    return dt_errorf(DT_ERR_INVALID, "unknown collective algorithm '%s' (ring, rhd, rd, native, auto)",
+    return dt_errorf(DT_ERR_INVALID, "unknown collective algorithm '%s' (ring, rhd, rd, shm, hier, native, auto)",
                      s ? s : "(null)");
 }
 
@@ -120,7 +121,7 @@ static const char *thread_level_name(int t) {
 
 /* Wraps an MPI communicator we own (dup or split result): error handler,
  * rank/size, world-rank table. Takes ownership of mc (frees it on failure). */
-static dt_status comm_wrap(MPI_Comm mc, dt_comm **out) {
+dt_status dt_comm_wrap(MPI_Comm mc, dt_comm **out) {
     dt_status st = DT_OK;
     dt_comm *c = NULL;
     MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
@@ -190,7 +191,7 @@ static dt_status world_init(bool mpi, dt_comm **out) {
     MPI_Comm mc = MPI_COMM_NULL;
     st = dt_mpi_check(NULL, MPI_Comm_dup(MPI_COMM_WORLD, &mc), "MPI_Comm_dup");
     if (st) return st;
-    return comm_wrap(mc, out);
+    return dt_comm_wrap(mc, out);
 }
 
 dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **out) {
@@ -200,7 +201,7 @@ dt_status dt_comm_split(dt_comm *parent, int color, int key, dt_comm **out) {
     MPI_Comm mc = MPI_COMM_NULL;
     dt_status st = dt_mpi_check(parent, MPI_Comm_split(parent->mc, color, key, &mc), "MPI_Comm_split");
     if (st) return st;
-    return comm_wrap(mc, out);
+    return dt_comm_wrap(mc, out);
 }
 
 void dt_comm_destroy(dt_comm *c) {
@@ -220,6 +221,7 @@ void dt_comm_destroy(dt_comm *c) {
         c->posted = *(dt_self_recv **)p;
         dt_free(p);
     }
+    dt_topo_free(c->topo);
     dt_free(c->scratch);
     dt_free(c->reqs);
     dt_free(c->world);
@@ -310,3 +312,21 @@ DT_HOT void dt_scale_f32(float *buf, size_t n, float s) {
     for (size_t i = 0; i < n; i++) buf[i] *= s;
 }
 
+
+DT_HOT void dt_sum_sources_f32(float *out, float *out2, const float *const *src, int n_src, size_t n, float scale) {
+    enum { B = 512 };
+    float tmp[B];
+    for (size_t i0 = 0; i0 < n; i0 += B) {
+        size_t m = n - i0 < B ? n - i0 : B;
+        const float *a = src[0] + i0, *b = src[1] + i0;
+        for (size_t i = 0; i < m; i++) tmp[i] = a[i] + b[i];
+        for (int q = 2; q < n_src; q++) {
+            const float *x = src[q] + i0;
+            for (size_t i = 0; i < m; i++) tmp[i] += x[i];
+        }
+        if (scale != 1.0f)
+            for (size_t i = 0; i < m; i++) tmp[i] *= scale;
+        memcpy(out + i0, tmp, m * sizeof(float));
+        if (out2) memcpy(out2 + i0, tmp, m * sizeof(float));
+    }
+}

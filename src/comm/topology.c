@@ -73,6 +73,20 @@ dt_status dt_topology_learn(dt_comm *world) {
 
 void dt_topology_forget(void) { topo_free(); }
 
+dt_status dt_comm_pretend_hosts(dt_comm *world, int k) {
+    int p = world->size;
+    if (k < 1 || k > p) return dt_errorf(DT_ERR_INVALID, "pretending %d hosts: give 1 to %d (the ranks)", k, p);
+    if (g_topo.nhosts != 1 || g_topo.nranks != p)
+        return dt_errorf(DT_ERR_INVALID, "pretending %d hosts is for ranks on one machine; these are on %d", k, g_topo.nhosts);
+    char(*names)[DT_HOST_NAME] = dt_calloc((size_t)p, DT_HOST_NAME);
+    if (!names) return dt_errorf(DT_ERR_NOMEM, "host table of %d ranks: out of memory", p);
+    for (int r = 0; r < p; r++)
+        snprintf(names[r], DT_HOST_NAME, "%.50s/%d", g_topo.name[0], (int)((long long)r * k / p));
+    dt_status st = topo_build((const char(*)[DT_HOST_NAME])names, p);
+    dt_free(names);
+    return st;
+}
+
 /* The world rank of rank r of c, or -1 when the table does not know it. */
 static int known_world(const dt_comm *c, int r) {
     if (r < 0 || r >= c->size) return -1;

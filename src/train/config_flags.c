@@ -295,7 +295,7 @@ static void balance_format(const void *base, char *buf, size_t n) {
 
 static dt_status allreduce_parse(void *base, const char *flag, const char *s) {
     if (dt_algo_parse(s, &((dt_train_cfg *)base)->dp.algo))
-        return dt_errorf(DT_ERR_INVALID, "%s must be ring, rhd, rd, native or auto, got '%s'", flag, s);
+        return dt_errorf(DT_ERR_INVALID, "%s must be ring, rhd, rd, shm, hier, native or auto, got '%s'", flag, s);
     return DT_OK;
 }
 static void allreduce_format(const void *base, char *buf, size_t n) {
@@ -408,7 +408,7 @@ static const dt_flag train_flags[] = {
     {.name = "trace", .type = DT_FLAG_STRING, .off = OFF(trace), .attr = TR | DT_FLAG_NOSAVE, .section = S_RUN,
      .arg = "FILE", .help = "Chrome trace timeline of every rank (open in ui.perfetto.dev)"},
     INT("zero", DT_FLAG_INT, dp.zero, 0, 2, TR, S_PAR, "0|1|2", "ZeRO: 1 shards optimizer state, 2 also gradients"),
-    CH("allreduce", allreduce, dp.algo, TR, S_PAR, "ring|rhd|rd|native|auto", "collective algorithm"),
+    CH("allreduce", allreduce, dp.algo, TR, S_PAR, "ring|rhd|rd|shm|hier|native|auto", "collective algorithm"),
     CH("bucket-mb", bucket_mb, dp.bucket_bytes, TR, S_PAR, "MB", "gradient bucket size"),
     SW("no-overlap", dp.overlap, true, S_PAR, "communicate after backward instead of during it"),
     CH("compress", compress, dp.comp.comp, TR, S_PAR, "none|fp16|bf16|int8|topk:RATIO[:fp16]|sign|powersgd:RANK",

@@ -65,11 +65,13 @@ dt_status tr_setup(tr_run *r, const dt_train_cfg *c, dt_comm *world, dt_train_re
     r->acc = -1.0f;
     r->eloss = NAN;
     dt_comm_set_timeout(world, c->timeout);
-    if (r->n > 1 && !r->quiet) {
-        char hosts[1024];
+    if (r->n > 1) {
+        /* every rank: the topology is made collectively (its shared memory too) */
+        char hosts[1024], topo[256];
+        dt_comm_topology_desc(world, topo, sizeof topo);
         dt_comm_hosts_desc(world, hosts, sizeof hosts);
         int nh = dt_comm_nhosts(world);
-        dt_log(DT_LOG_INFO, "%d ranks on %d host%s: %s", r->n, nh, nh > 1 ? "s" : "", hosts);
+        if (!r->quiet) dt_log(DT_LOG_INFO, "%d ranks on %d host%s: %s; collectives see %s", r->n, nh, nh > 1 ? "s" : "", hosts, topo);
     }
     dt_status st = setup_data(r);
     if (st) return st;

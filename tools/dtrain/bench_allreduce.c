@@ -20,15 +20,20 @@
 #include <unistd.h>
 
 static const char *bench_help =
-    "usage: dtrain bench allreduce [-n N] [--algo ring|rhd|rd|native|auto|all] [--min-bytes 4K]\n"
-    "                              [--max-bytes 64M] [--iters N] [--segment BYTES] [--check]\n"
+    "usage: dtrain bench allreduce [-n N] [--algo ring|rhd|rd|shm|hier|native|auto|all] [--min-bytes 4K]\n"
+    "                              [--max-bytes 64M] [--iters N] [--segment BYTES] [--check] [--fit]\n"
+    "                              [--hostfile FILE] [--pretend-hosts K]\n"
     "\n"
-    "  --algo       algorithm to time next to MPI's native one (default all)\n"
+    "  --algo       algorithm to time next to MPI's native one (default all: the flat\n"
+    "               ones, shm on one host or hier across hosts, auto and native)\n"
     "  --min-bytes  smallest message (K, M, G suffixes; default 4K)\n"
     "  --max-bytes  largest message (default 64M)\n"
     "  --iters      timed iterations per size (default: 1 GiB of traffic, 5..200)\n"
     "  --segment    max segment of the pipelined algorithms (default 1M)\n"
     "  --check      verify sums and bitwise agreement across ranks at every size\n"
+    "  --fit        instead of the table: measure alpha and beta of each link level\n"
+    "               (inside a host, across hosts) and gamma, for the cost model\n"
+    "  --pretend-hosts K  testing: the ranks of this machine as K hosts\n"
     "Times are the max over ranks of the mean; busbw = algbw * 2(p-1)/p.\n";
 
 static int parse_bytes(const char *flag, const char *s, size_t *out) {
@@ -55,8 +60,8 @@ typedef struct {
     dt_algo algos[DT_ALGO_COUNT];
     int nalgo;
     size_t min_bytes, max_bytes, segment;
-    int iters;
-    bool check;
+    int iters, pretend;
+    bool check, fit, all;
 } bench_opts;
 
 static int parse_opts(int argc, char **argv, bench_opts *o, bool *help) {
@@ -67,8 +72,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o, bool *help) {
             *help = true;
             return 0;
         }
-        if (strcmp(f, "--check") == 0) {
-            o->check = true;
+        if (strcmp(f, "--check") == 0 || strcmp(f, "--fit") == 0) {
+            *(strcmp(f, "--fit") == 0 ? &o->fit : &o->check) = true;
             continue;
         }
         if (!v) {
@@ -89,6 +94,14 @@ static int parse_opts(int argc, char **argv, bench_opts *o, bool *help) {
                 return 2;
             }
             o->iters = (int)n;
+        } else if (strcmp(f, "--pretend-hosts") == 0) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 4096) {
+                fprintf(stderr, "dtrain bench allreduce: --pretend-hosts expects [1, 4096], got '%s'\n", v);
+                return 2;
+            }
+            o->pretend = (int)n;
         }
         /* The launcher's flags (it passes them through). */
         else if (strcmp(f, "-n") == 0 || strcmp(f, "--nproc") == 0 || strcmp(f, "--hostfile") == 0 ||
@@ -104,8 +117,10 @@ static int parse_opts(int argc, char **argv, bench_opts *o, bool *help) {
         return 2;
     }
     if (strcmp(algo, "all") == 0) {
+        /* shm or hier joins once the topology is known (run) */
         const dt_algo all[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_AUTO, DT_ALGO_NATIVE};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) o->algos[o->nalgo++] = all[k];
+        o->all = true;
         return 0;
     }
     dt_algo a;
@@ -163,10 +178,12 @@ static int run(dt_comm *c, const bench_opts *o) {
     }
     if (o->segment) dt_comm_set_max_segment(c, o->segment);
     double busf = p > 1 ? 2.0 * (p - 1) / p : 1.0;
+    char topo[256];
+    dt_comm_topology_desc(c, topo, sizeof topo);
     if (r == 0) {
-        printf("# dtrain bench allreduce: %d ranks, float sum, segment %zu B, in place; time = max over ranks of "
+        printf("# dtrain bench allreduce: %d ranks (%s), float sum, segment %zu B, in place; time = max over ranks of "
                "the mean, us; bw GB/s; busbw = algbw*%.3f\n",
-               p, o->segment ? o->segment : (size_t)1 << 20, busf);
+               p, topo, o->segment ? o->segment : (size_t)1 << 20, busf);
         printf("%12s %11s", "bytes", "count");
         for (int k = 0; k < o->nalgo; k++) printf(" | %8s %17s", dt_algo_name(o->algos[k]), "algbw   busbw");
         if (o->check) printf("  check");
@@ -235,6 +252,21 @@ fn_exit:
     return rc;
 }
 
+/* "all": the topology-aware algorithm that fits, when the hosts share memory. */
+static int topo_algos(dt_comm *c, bench_opts *o) {
+    dt_comm_topo_info ti;
+    if (dt_comm_topology(c, &ti)) {
+        fprintf(stderr, "dtrain bench allreduce: %s\n", dt_error_msg());
+        return 1;
+    }
+    if (!o->all || !ti.shm) return 0;
+    /* before auto: ring rhd rd TOPO auto native */
+    for (int k = o->nalgo; k > 3; k--) o->algos[k] = o->algos[k - 1];
+    o->algos[3] = ti.hosts == 1 ? DT_ALGO_SHM : DT_ALGO_HIER;
+    o->nalgo++;
+    return 0;
+}
+
 int dt_cli_bench_allreduce(int argc, char **argv) {
     bench_opts o = {.min_bytes = (size_t)4 << 10, .max_bytes = (size_t)64 << 20};
     bool help = false;
@@ -251,7 +283,10 @@ int dt_cli_bench_allreduce(int argc, char **argv) {
     }
     if (dt_comm_rank(c) == 0) dt_launch_report_up();
     dt_comm_set_timeout(c, 120);
-    rc = run(c, &o);
+    rc = o.pretend > 1 && dt_comm_pretend_hosts(c, o.pretend) ? 1 : 0;
+    if (rc) fprintf(stderr, "dtrain bench allreduce: %s\n", dt_error_msg());
+    if (!rc) rc = topo_algos(c, &o);
+    if (!rc) rc = o.fit ? dt_bench_fit(c) : run(c, &o);
     if (rc && dt_comm_size(c) > 1) {
         dt_comm_abort(c, rc); /* a failed rank would leave the others waiting */
         _exit(rc);            /* MPI_Abort returned: no MPI_Finalize, the others may never reach it */

@@ -8,6 +8,9 @@
 
 /* dtrain bench allreduce [flags]: argv are the flags after "allreduce". */
 int dt_cli_bench_allreduce(int argc, char **argv);
+/* dtrain bench allreduce --fit on c (bench_fit.c): prints the cost model's
+ * parameters measured here; 0 or 1. Collective over c. */
+int dt_bench_fit(dt_comm *c);
 
 /* The flags of the tables that `cmd` (DT_FLAG_TRAIN or DT_FLAG_EVAL) takes,
  * by section (train) with their defaults: tabs[0] is the library's table (its

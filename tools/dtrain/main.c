@@ -58,6 +58,7 @@ typedef struct cli {
     int nproc;
     const char *hostfile;
     int max_restarts, min_nproc;
+    int pretend_hosts;
     float backoff;
     bool progress_off;
 } cli;
@@ -75,6 +76,9 @@ static const dt_flag cli_flags[] = {
      .section = "parallel", .arg = "N", .help = "start N data-parallel ranks through mpirun (one machine, or --hostfile)"},
     {.name = "hostfile", .type = DT_FLAG_STRING, .off = CLI(hostfile), .attr = DT_FLAG_TRAIN, .section = "parallel",
      .arg = "FILE", .help = "passed to mpirun for multi-host runs"},
+    {.name = "pretend-hosts", .type = DT_FLAG_INT, .off = CLI(pretend_hosts), .ilo = 1, .ihi = 4096, .attr = DT_FLAG_TRAIN,
+     .section = "parallel", .arg = "K", .help = "testing: the ranks of this machine as K hosts (blocks of consecutive "
+     "ranks), so that the hierarchical collectives run on one machine"},
     {.name = "threads", .type = DT_FLAG_INT, .off = CLI(threads), .ilo = 1, .ihi = 1024, .attr = DT_FLAG_TRAIN | DT_FLAG_EVAL,
      .section = "run", .arg = "N", .help = "BLAS threads; with --strategy hogwild the Hogwild! threads",
      .default_text = "OpenBLAS default; 1 per rank with -n"},
@@ -241,6 +245,12 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     dt_comm *world = NULL;
     if (dt_comm_init(dt_under_mpi_launcher(), &world)) return run_error();
     if (dt_comm_rank(world) == 0) dt_launch_report_up();
+    if (c.pretend_hosts > 1 && dt_comm_pretend_hosts(world, c.pretend_hosts)) {
+        fprintf(stderr, "%s: --pretend-hosts: %s\n", g_cmd, dt_error_msg());
+        dt_comm_destroy(world);
+        dt_comm_finalize();
+        return EXIT_USAGE;
+    }
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
     if (c.nproc && size != c.nproc) {
         if (rank == 0)

@@ -1,0 +1,154 @@
+/* dtrain bench allreduce --fit: the cost model's parameters (dt_cost_model,
+ * include/dtrain/comm.h) measured on this job's ranks.
+ *   gamma: one rank sums two 16 MiB float vectors (s per byte summed);
+ *   local: the shared-memory all-reduce among each host's ranks at 4 KiB ..
+ *          16 MiB, fitted to 2.rounds.alpha + 2n(L-1)/L.beta (after the sums'
+ *          gamma) by least squares weighted by 1/t^2 (every size counts alike);
+ *   cross: the ring all-reduce among the hosts' first ranks (one per host,
+ *          the others wait), fitted to 2(H-1).alpha + 2n(H-1)/H.beta.
+ * Then it checks the model: AUTO's measured time against its prediction at a
+ * few sizes. Rank 0 prints; the last line is the model as JSON. */
+#include "cli.h"
+#include "dtrain/comm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define NSIZES 7 /* 4 KiB .. 16 MiB by 4x */
+
+/* Mean seconds of one all-reduce of count floats by a on c, max over c's ranks. */
+static dt_status time_one(dt_comm *c, dt_algo a, float *buf, size_t count, double *out) {
+    int iters = count < (1u << 18) ? 50 : 8;
+    dt_status st = DT_OK;
+    for (int w = 0; w < 3 && !st; w++) st = dt_allreduce(c, buf, count, DT_OP_SUM, a);
+    if (!st) st = dt_barrier(c);
+    double t0 = dt_now();
+    for (int i = 0; i < iters && !st; i++) st = dt_allreduce(c, buf, count, DT_OP_SUM, a);
+    double v[64] = {0};
+    int p = dt_comm_size(c) < 64 ? dt_comm_size(c) : 64;
+    if (dt_comm_rank(c) < 64) v[dt_comm_rank(c)] = (dt_now() - t0) / iters;
+    if (!st) st = dt_allreduce_f64(c, v, (size_t)p);
+    *out = 0;
+    for (int i = 0; i < p; i++) *out = v[i] > *out ? v[i] : *out;
+    return st;
+}
+
+/* Least squares y = a.x1 + b.x2, weights 1/y^2; a, b >= 0. */
+static void fit2(const double *x1, const double *x2, const double *y, int n, double *a, double *b) {
+    double s11 = 0, s12 = 0, s22 = 0, s1y = 0, s2y = 0;
+    for (int i = 0; i < n; i++) {
+        double w = y[i] > 0 ? 1.0 / (y[i] * y[i]) : 0;
+        s11 += w * x1[i] * x1[i];
+        s12 += w * x1[i] * x2[i];
+        s22 += w * x2[i] * x2[i];
+        s1y += w * x1[i] * y[i];
+        s2y += w * x2[i] * y[i];
+    }
+    double det = s11 * s22 - s12 * s12;
+    *a = det != 0 ? (s1y * s22 - s2y * s12) / det : 0;
+    *b = det != 0 ? (s2y * s11 - s1y * s12) / det : 0;
+    if (*a < 0) *a = 0;
+    if (*b < 0) *b = s22 > 0 ? s2y / s22 : 0;
+}
+
+static double measure_gamma(void) {
+    size_t n = (size_t)4 << 20;
+    float *a = dt_alloc_floats(n), *b = dt_alloc_floats(n);
+    if (!a || !b) {
+        dt_free(a);
+        dt_free(b);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) a[i] = b[i] = (float)(i % 7);
+    double best = 1e9;
+    for (int r = 0; r < 5; r++) {
+        double t0 = dt_now();
+        for (size_t i = 0; i < n; i++) a[i] += b[i];
+        double t = dt_now() - t0;
+        best = t < best ? t : best;
+    }
+    volatile float sink = a[n / 3];
+    (void)sink;
+    dt_free(a);
+    dt_free(b);
+    return best / (double)(n * sizeof(float));
+}
+
+/* Fits one level: algo a on sub-communicator s (size q), whose formula has
+ * messages(n) alphas and bytes(n) betas. Returns DT_OK with *l filled on s's ranks. */
+static dt_status fit_level(dt_comm *s, dt_algo a, bool shm, double gamma, float *buf, dt_link_cost *l) {
+    int q = dt_comm_size(s);
+    double x1[NSIZES], x2[NSIZES], y[NSIZES], f = (double)(q - 1) / q;
+    dt_status st = DT_OK;
+    for (int k = 0; k < NSIZES && !st; k++) {
+        size_t bytes = (size_t)4096 << (2 * k), count = bytes / sizeof(float);
+        double t = 0, n = (double)bytes;
+        st = time_one(s, a, buf, count, &t);
+        x1[k] = shm ? 2.0 * ceil(n / (1 << 20)) : 2.0 * (q - 1);
+        x2[k] = 2.0 * n * f;
+        y[k] = t - n * f * gamma;
+        if (y[k] < t * 0.05) y[k] = t * 0.05;
+    }
+    if (!st) fit2(x1, x2, y, NSIZES, &l->alpha, &l->beta);
+    return st;
+}
+
+static void print_level(const char *name, const dt_link_cost *l, const char *how) {
+    printf("%-6s alpha %8.2f us   beta %8.4f ns/B (%8.3f GB/s)   %s\n", name, l->alpha * 1e6, l->beta * 1e9,
+           l->beta > 0 ? 1e-9 / l->beta : 0.0, how);
+}
+
+/* AUTO measured against the model's prediction. */
+static dt_status check_model(dt_comm *c, const dt_cost_model *m, const dt_comm_topo_info *ti, float *buf) {
+    dt_status st = DT_OK;
+    if (dt_comm_rank(c) == 0) printf("check: auto measured vs predicted\n");
+    for (size_t bytes = (size_t)64 << 10; bytes <= ((size_t)16 << 20) && !st; bytes *= 16) {
+        double t = 0;
+        st = time_one(c, DT_ALGO_AUTO, buf, bytes / sizeof(float), &t);
+        double pr = dt_allreduce_predict(m, DT_ALGO_AUTO, ti->hosts, ti->per_host, bytes);
+        if (!st && dt_comm_rank(c) == 0)
+            printf("  %9zu B: measured %10.1f us, predicted %10.1f us (%.2fx)\n", bytes, t * 1e6, pr * 1e6, t > 0 ? pr / t : 0);
+    }
+    return st;
+}
+
+int dt_bench_fit(dt_comm *c) {
+    int r = dt_comm_rank(c);
+    dt_comm_topo_info ti;
+    dt_cost_model m = {0};
+    dt_comm *local = NULL, *cross = NULL;
+    float *buf = dt_alloc_floats((size_t)4 << 20);
+    dt_status st = buf ? dt_comm_topology(c, &ti) : dt_errorf(DT_ERR_NOMEM, "out of memory");
+    if (!st) st = dt_comm_split(c, dt_comm_host_index(c, r) < 0 ? 0 : dt_comm_host_index(c, r), r, &local);
+    if (!st) st = dt_comm_split(c, dt_comm_rank(local) == 0 ? 0 : 1, r, &cross);
+    double g = measure_gamma(), slot = g;
+    if (!st) st = dt_allreduce_f64(c, &slot, 1); /* the mean over ranks */
+    m.gamma = slot / dt_comm_size(c);
+    if (!st && ti.shm && ti.even) st = fit_level(local, DT_ALGO_SHM, true, m.gamma, buf, &m.local);
+    if (!st && ti.hosts > 1 && dt_comm_rank(local) == 0) st = fit_level(cross, DT_ALGO_RING, false, m.gamma, buf, &m.cross);
+    /* rank 0 (a first rank of its host) has both levels: tell everyone */
+    double v[4] = {m.local.alpha, m.local.beta, m.cross.alpha, m.cross.beta};
+    if (!st) st = dt_bcast(c, v, sizeof v, 0, DT_ALGO_RING);
+    m.local = (dt_link_cost){v[0], v[1]};
+    m.cross = (dt_link_cost){v[2], v[3]};
+    if (!st && r == 0) {
+        char topo[256];
+        dt_comm_topology_desc(c, topo, sizeof topo);
+        printf("# dtrain bench allreduce --fit: %d ranks (%s)\n", dt_comm_size(c), topo);
+        printf("gamma  %8.4f ns per byte summed (%.2f GB/s)\n", m.gamma * 1e9, m.gamma > 0 ? 1e-9 / m.gamma : 0.0);
+        if (ti.shm && ti.even) print_level("local", &m.local, "shared memory inside a host (shm all-reduce, fitted 4K-16M)");
+        else printf("local  not measured: %s\n", ti.shm ? "hosts hold unequal rank counts" : "no shared memory or one rank per host");
+        if (ti.hosts > 1) print_level("cross", &m.cross, "a host's link (ring among one rank per host, fitted 4K-16M)");
+        else printf("cross  not measured: one host\n");
+    }
+    if (!st) st = check_model(c, &m, &ti, buf);
+    if (!st && r == 0)
+        printf("{\"local\": {\"alpha\": %.4g, \"beta\": %.4g}, \"cross\": {\"alpha\": %.4g, \"beta\": %.4g}, \"gamma\": %.4g}\n",
+               m.local.alpha, m.local.beta, m.cross.alpha, m.cross.beta, m.gamma);
+    if (st) fprintf(stderr, "dtrain bench allreduce --fit: %s\n", dt_error_msg());
+    dt_comm_destroy(cross);
+    dt_comm_destroy(local);
+    dt_free(buf);
+    return st ? 1 : 0;
+}
