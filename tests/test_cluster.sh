@@ -58,7 +58,8 @@ tx() { "$cl" exec "$1" cat /sys/class/net/cl0/statistics/tx_bytes; }
 # ---- 2 hosts x 2 ranks = 4 ranks on one host, bit for bit ----------------------------
 M="--model mlp --hidden 64,32 --batch 64 --steps 20 --lr 0.05 --log-every 1 --eval-every 0"
 b0=$(tx node2)
-run one_host -n 4 --zero 1 $M && in_cluster two_hosts -n 4 --zero 1 $M && {
+# (the one-host runs pretend to be 2 hosts: the same hierarchical sums)
+run one_host -n 4 --pretend-hosts 2 --zero 1 $M && in_cluster two_hosts -n 4 --zero 1 $M && {
   crossed=$(( $(tx node2) - b0 ))
   if cmp -s "$tmp/one_host/model.safetensors" "$tmp/two_hosts/model.safetensors" &&
      [ "$(losses "$tmp/one_host")" = "$(losses "$tmp/two_hosts")" ] &&
@@ -71,7 +72,7 @@ run one_host -n 4 --zero 1 $M && in_cluster two_hosts -n 4 --zero 1 $M && {
 # server's 2 servers on node2, compression on the wire)
 for lay in "--zero 2" "--tp 2 --zero 1" "--pp 2 --micro-batches 2" "--strategy ps --servers 2 --consistency bsp" "--compress topk:0.05"; do
   k=$(tr -dc 'a-z0-9' <<<"$lay")
-  run "one_$k" -n 4 $lay $M && in_cluster "two_$k" -n 4 $lay $M && {
+  run "one_$k" -n 4 --pretend-hosts 2 $lay $M && in_cluster "two_$k" -n 4 $lay $M && {
     if cmp -s "$tmp/one_$k/model.safetensors" "$tmp/two_$k/model.safetensors" && [ "$(losses "$tmp/one_$k")" = "$(losses "$tmp/two_$k")" ]; then
       ok "$lay: 2 hosts x 2 ranks = one host, bit for bit"
     else fail "$lay: 2 hosts vs one host: $("$dt" diff "$tmp/one_$k/model.safetensors" "$tmp/two_$k/model.safetensors" 2>&1)"; fi; }

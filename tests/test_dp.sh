@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Synchronous data parallelism: -n 2 and -n 4 with the same global batch, seed
 # and steps give the losses and final weights of -n 1 (losses within relative
-# 1e-5), for the mlp and the gpt, with ZeRO 0, 1 and 2; two runs of one layout
-# are bitwise identical; a stalled rank makes the others time out naming it.
+# 1e-5), for the mlp and the gpt, with ZeRO 0, 1 and 2, also through the
+# hierarchical collectives on ranks that pretend to sit on 2 hosts; two runs of
+# one layout are bitwise identical; a stalled rank makes the others time out
+# naming it; a rank killed inside a shared-memory collective leaves nothing in
+# /dev/shm.
 export OMPI_MCA_btl=self,vader,tcp
 source "$(dirname "$0")/lib.sh" "$@"
 
@@ -21,6 +24,10 @@ for model in mlp gpt; do
       same_run ${model}_n1 1e-5 ${model}_n${n}_z${z} -n $n --zero $z --bucket-mb 0.02 $args
     done
   done
+  # 4 ranks that pretend to sit on 2 hosts: the hierarchical collectives
+  for z in 0 1 2; do
+    same_run ${model}_n1 1e-5 ${model}_hier_z${z} -n 4 --pretend-hosts 2 --allreduce hier --zero $z --bucket-mb 0.02 $args
+  done
 done
 
 # the same layout twice: bitwise identical weights and losses
@@ -36,7 +43,7 @@ run unev1 $MLP --batch 30 && run unev4 -n 4 $MLP --batch 30 && {
   msg=$(compare_losses "$tmp/unev1" "$tmp/unev4") && ok "uneven shards: $msg" || fail "uneven shards: $msg"; }
 
 # every algorithm gives the same training
-for a in ring rhd native; do
+for a in ring rhd shm hier native; do
   run alg_$a -n 3 --allreduce $a $MLP && { msg=$(compare_losses "$tmp/mlp_n1" "$tmp/alg_$a") && ok "--allreduce $a: $msg" || fail "--allreduce $a: $msg"; }
 done
 
@@ -80,5 +87,16 @@ if [ $rc -eq 3 ] && grep -q "rank 2 did not" "$tmp/hang.err" && grep -qi "timed 
 else
   fail "stalled rank: rc=$rc after ${took}s"; cat "$tmp/hang.err" | head -20
 fi
+
+# a rank killed inside a shared-memory all-reduce: the job ends, and nothing of
+# ours stays in /dev/shm (the segment is a memory file without a name)
+before=$(ls /dev/shm 2>/dev/null | grep -v '^vader_segment\|^sm_segment' | sort)
+"$dt" train -n 3 $MLP --steps 40 --allreduce shm --inject crash:rank=2:step=5 > "$tmp/crash.out" 2> "$tmp/crash.err"
+rc=$?
+sleep 1
+after=$(ls /dev/shm 2>/dev/null | grep -v '^vader_segment\|^sm_segment' | sort)
+if [ $rc -ne 0 ] && [ "$before" = "$after" ]; then
+  ok "a rank killed inside a shm all-reduce: exit $rc, /dev/shm as before ($(ls /dev/shm 2>/dev/null | wc -l) entries)"
+else fail "rank killed inside shm: rc=$rc; new in /dev/shm: $(comm -13 <(echo "$before") <(echo "$after") | tr '\n' ' ')"; fi
 
 finish

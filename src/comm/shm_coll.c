@@ -22,7 +22,8 @@
  * L local ranks, n bytes, ~area bytes per round: all-reduce moves (L-1)/L.n in
  * and (L-1)/L.n out per rank (plus the sum's n reads), 2 sync points per round,
  * no system call while the ranks keep pace; reduce-scatter and all-gather each
- * half of that. Sums run in local-rank order, so every rank gets the same bits. */
+ * half of that. Sums run in local-rank order, so every rank gets the same bits.
+ * What a rank writes for its peers to read counts as sent (dt_comm_bytes_sent). */
 #include "comm/comm_internal.h"
 
 #include <string.h>
@@ -55,6 +56,7 @@ static void seq_copy(const eng *e, int owner, size_t v0, size_t n, float *area, 
             float *b = e->buf + r->off + a;
             if (to_area) memcpy(area, b, m * sizeof(float));
             else memcpy(b, area, m * sizeof(float));
+            if (to_area) e->c->bytes_sent += m * sizeof(float); /* what the peers read: the "wire" of a host */
             area += m;
             v0 += m;
             n -= m;
@@ -76,6 +78,7 @@ static void reduce_own(eng *e, size_t v0, size_t n, float *res, float scale) {
             for (int q = 0; q < e->L; q++)
                 src[q] = q == e->me ? b : dt_shm_area(e->s, q) + (size_t)e->me * e->w + woff;
             dt_sum_sources_f32(b, res ? res + woff : NULL, src, e->L, m, scale);
+            if (res) e->c->bytes_sent += m * sizeof(float);
             woff += m;
             v0 += m;
             n -= m;
@@ -139,7 +142,10 @@ dt_status dt_shm_bcast(dt_shm *s, dt_comm *c, void *buf, size_t bytes, int root,
     dt_status st = DT_OK;
     for (size_t off = 0; off < bytes && !st; off += step) {
         size_t m = bytes - off < step ? bytes - off : step;
-        if (dt_shm_rank(s) == root) memcpy(slot, b + off, m);
+        if (dt_shm_rank(s) == root) {
+            memcpy(slot, b + off, m);
+            c->bytes_sent += m;
+        }
         if ((st = dt_shm_sync(s, c, what))) return st;
         if (dt_shm_rank(s) != root) memcpy(b + off, slot, m);
         st = dt_shm_sync(s, c, what);
