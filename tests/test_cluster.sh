@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The emulated cluster (scripts/cluster.sh, issue 12): its refusals; 2 hosts x
-# 2 ranks train exactly as 4 ranks on one host; a host that dies under the
+# 2 ranks train exactly as 4 ranks on one host (pretending 2 hosts); the
+# hierarchical all-reduce puts its theoretical bytes on the links (issue 13) and
+# trains as one rank with ZeRO 0, 1, 2; a host that dies under the
 # supervisor is named with its ranks and the job finishes on the host left,
 # bitwise equal to an uninterrupted run on that layout from the same
 # checkpoint; a host that hangs (power loss: link down, processes frozen) is
@@ -64,7 +66,7 @@ run one_host -n 4 --pretend-hosts 2 --zero 1 $M && in_cluster two_hosts -n 4 --z
   if cmp -s "$tmp/one_host/model.safetensors" "$tmp/two_hosts/model.safetensors" &&
      [ "$(losses "$tmp/one_host")" = "$(losses "$tmp/two_hosts")" ] &&
      grep -q "4 ranks on 2 hosts: node1 (ranks 0-1), node2 (ranks 2-3)" "$tmp/two_hosts.log" && [ "$crossed" -gt 100000 ]; then
-    ok "2 hosts x 2 ranks, ZeRO-1 = 4 ranks on one host bit for bit; $crossed bytes left node2; $(grep -o '4 ranks on 2 hosts.*' "$tmp/two_hosts.log")"
+    ok "2 hosts x 2 ranks, ZeRO-1 = 4 ranks on one host pretending 2 hosts, bit for bit; $crossed bytes left node2; $(grep -o '4 ranks on 2 hosts.*' "$tmp/two_hosts.log")"
   else fail "2 hosts vs 1 host ($crossed bytes from node2):"; head -3 "$tmp/two_hosts.log" | indent; fi; }
 
 # ---- every strategy across the 2 hosts = the same layout on one host, bit for bit --------
@@ -76,6 +78,33 @@ for lay in "--zero 2" "--tp 2 --zero 1" "--pp 2 --micro-batches 2" "--strategy p
     if cmp -s "$tmp/one_$k/model.safetensors" "$tmp/two_$k/model.safetensors" && [ "$(losses "$tmp/one_$k")" = "$(losses "$tmp/two_$k")" ]; then
       ok "$lay: 2 hosts x 2 ranks = one host, bit for bit"
     else fail "$lay: 2 hosts vs one host: $("$dt" diff "$tmp/one_$k/model.safetensors" "$tmp/two_$k/model.safetensors" 2>&1)"; fi; }
+done
+
+# ---- the hierarchical collectives across the 2 hosts ---------------------------------------
+# Bytes on the links: hier sends n per host per all-reduce of n bytes (each of
+# the 2 local ranks all-reduces n/2 with its peer on the other host), the flat
+# ring 2(p-1)/p.n = 1.5n; 7 calls of 16 MiB (2 warm-up + 5 timed).
+b0=$(tx node1)
+if timeout 120 "$cl" exec node1 "$dt" bench allreduce --hostfile "$hf" -n 4 --algo hier --alone --min-bytes 16M --max-bytes 16M \
+     --iters 5 > "$tmp/hier_bench.log" 2>&1; then
+  sent=$(( $(tx node1) - b0 )); want=$((7 * 16 * 1048576))
+  if awk -v s="$sent" -v w="$want" 'BEGIN { d = s / w - 1; exit !(d > -0.05 && d < 0.05) }' &&
+     grep -q "2 hosts x 2 ranks, shared memory inside a host" "$tmp/hier_bench.log"; then
+    ok "hier all-reduce, 7 x 16 MiB: $sent bytes left node1, $(awk -v s="$sent" -v w="$want" 'BEGIN { printf "%+.2f%%", 100 * (s / w - 1) }') of the algorithm's $want"
+  else fail "hier bytes on node1's link: $sent, want $want (within 5%)"; indent < "$tmp/hier_bench.log"; fi
+else fail "bench allreduce hier on the cluster:"; tail -3 "$tmp/hier_bench.log" | indent; fi
+# Training through hier across the hosts = one rank (the tolerances of test_dp)
+MLP="--model mlp --hidden 64,32 --batch 32 --steps 12 --lr 0.05 --log-every 1 --eval-every 0 --quiet"
+GPT="--model gpt --n-layer 2 --n-head 2 --n-embd 32 --block-size 16 --batch 8 --steps 8 --lr 3e-3 --warmup 2 --log-every 1 --eval-max 16 --quiet"
+for model in mlp gpt; do
+  if [ $model = mlp ]; then args=$MLP; else args=$GPT; fi
+  run "${model}_1" $args || continue
+  for z in 0 1 2; do
+    in_cluster "${model}_hz$z" -n 4 --allreduce hier --zero $z --bucket-mb 0.02 $args || continue
+    l=$(close_after "$tmp/${model}_1" "$tmp/${model}_hz$z" 0 1e-5) &&
+      w=$("$dt" diff "$tmp/${model}_1/model.safetensors" "$tmp/${model}_hz$z/model.safetensors" --rtol 1e-3 --atol 1e-5 2>&1) &&
+      ok "$model, ZeRO-$z, --allreduce hier on 2 hosts x 2 ranks = 1 rank: $l; $w" || fail "$model ZeRO-$z hier vs 1 rank: $l $w"
+  done
 done
 
 # ---- a host dies with its disk, under the supervisor: the replicas carry it ----------------

@@ -3,9 +3,12 @@
  *
  * Waiting: MPI progresses (for the shared-memory transport, copies data) only
  * inside MPI calls, so a wait polls MPI_Testall. To leave the core to the other
- * ranks (2-4 ranks share 2 cores here) it yields for the first few microseconds
- * and then sleeps with a growing nanosleep, never spinning. Cost of a wait: one
- * MPI_Testall per poll, polls at most every SLEEP_MAX_NS. */
+ * ranks (2-4 ranks share 2 cores here) it yields for the first YIELD_NS and then
+ * sleeps with a growing nanosleep, never spinning. The cap on the sleep bounds
+ * how long a ready message waits for its receiver to look: a ready peer's
+ * message is taken within SLEEP_MAX_NS. Cost of a wait: one MPI_Testall per
+ * poll. (Collectives among the ranks of a host do not come here: they wait on
+ * their shared segment, which wakes them when the peer arrives, shm.c.) */
 #include "comm/comm_internal.h"
 
 #include <limits.h>
@@ -16,12 +19,14 @@
 #include <string.h>
 #include <time.h>
 
-/* Back-off of dt_waitall: yield for YIELD_NS, then sleep SLEEP_MIN_NS doubling
- * up to SLEEP_MAX_NS. A 1 MiB segment moves in ~200 us, so the cap keeps the
- * added latency within a segment time. */
-#define YIELD_NS 1000000ull
-#define SLEEP_MIN_NS 5000ull
-#define SLEEP_MAX_NS 200000ull
+/* Back-off of dt_waitall: yield for YIELD_NS, then sleep SLEEP_MIN_NS growing
+ * by half up to SLEEP_MAX_NS. 50 us is a 64 KiB message at memory speed: a
+ * pipeline's activations or a small collective lose at most that much to a
+ * sleep, while a rank that waits for seconds wakes 20000 times a second, which
+ * costs its core ~1%. */
+#define YIELD_NS 2000000ull
+#define SLEEP_MIN_NS 2000ull
+#define SLEEP_MAX_NS 50000ull
 
 /* ---- self communicator: an in-process mailbox ------------------------------------ */
 

@@ -21,7 +21,7 @@
 
 static const char *bench_help =
     "usage: dtrain bench allreduce [-n N] [--algo ring|rhd|rd|shm|hier|native|auto|all] [--min-bytes 4K]\n"
-    "                              [--max-bytes 64M] [--iters N] [--segment BYTES] [--check] [--fit]\n"
+    "                              [--max-bytes 64M] [--iters N] [--segment BYTES] [--check] [--fit] [--alone]\n"
     "                              [--hostfile FILE] [--pretend-hosts K]\n"
     "\n"
     "  --algo       algorithm to time next to MPI's native one (default all: the flat\n"
@@ -31,6 +31,7 @@ static const char *bench_help =
     "  --iters      timed iterations per size (default: 1 GiB of traffic, 5..200)\n"
     "  --segment    max segment of the pipelined algorithms (default 1M)\n"
     "  --check      verify sums and bitwise agreement across ranks at every size\n"
+    "  --alone      time --algo only, without MPI's native one beside it\n"
     "  --fit        instead of the table: measure alpha and beta of each link level\n"
     "               (inside a host, across hosts) and gamma, for the cost model\n"
     "  --pretend-hosts K  testing: the ranks of this machine as K hosts\n"
@@ -61,7 +62,7 @@ typedef struct {
     int nalgo;
     size_t min_bytes, max_bytes, segment;
     int iters, pretend;
-    bool check, fit, all;
+    bool check, fit, all, alone;
 } bench_opts;
 
 static int parse_opts(int argc, char **argv, bench_opts *o, bool *help) {
@@ -72,8 +73,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o, bool *help) {
             *help = true;
             return 0;
         }
-        if (strcmp(f, "--check") == 0 || strcmp(f, "--fit") == 0) {
-            *(strcmp(f, "--fit") == 0 ? &o->fit : &o->check) = true;
+        if (strcmp(f, "--check") == 0 || strcmp(f, "--fit") == 0 || strcmp(f, "--alone") == 0) {
+            *(strcmp(f, "--fit") == 0 ? &o->fit : strcmp(f, "--alone") == 0 ? &o->alone : &o->check) = true;
             continue;
         }
         if (!v) {
@@ -129,7 +130,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o, bool *help) {
         return 2;
     }
     o->algos[o->nalgo++] = a;
-    if (a != DT_ALGO_NATIVE) o->algos[o->nalgo++] = DT_ALGO_NATIVE;
+    if (a != DT_ALGO_NATIVE && !o->alone) o->algos[o->nalgo++] = DT_ALGO_NATIVE;
     return 0;
 }
 
@@ -166,13 +167,26 @@ static dt_status check_one(dt_comm *c, float *buf, size_t count, dt_algo a, doub
     return DT_OK;
 }
 
+/* One core's memcpy bandwidth at this size (rank 0 copies, the others wait):
+ * the yardstick of the shared-memory algorithms. */
+static dt_status time_memcpy(dt_comm *c, const float *src, float *dst, size_t bytes, int iters, double *gbs) {
+    dt_status st = dt_barrier(c);
+    if (!st && dt_comm_rank(c) == 0) {
+        memcpy(dst, src, bytes); /* the pages mapped */
+        double t0 = dt_now();
+        for (int i = 0; i < iters; i++) memcpy(dst, src, bytes);
+        *gbs = (double)bytes * iters / (dt_now() - t0) * 1e-9;
+    }
+    return st ? st : dt_barrier(c);
+}
+
 static int run(dt_comm *c, const bench_opts *o) {
     int rc = 1, p = dt_comm_size(c), r = dt_comm_rank(c);
     size_t maxcount = o->max_bytes / sizeof(float);
-    float *buf = dt_alloc_floats(maxcount ? maxcount : 1);
+    float *buf = dt_alloc_floats(maxcount ? maxcount : 1), *cpy = r == 0 ? dt_alloc_floats(maxcount ? maxcount : 1) : NULL;
     double *slots = dt_calloc((size_t)p, sizeof(double));
     dt_status st = DT_OK;
-    if (!buf || !slots) {
+    if (!buf || !slots || (r == 0 && !cpy)) {
         fprintf(stderr, "dtrain bench allreduce: out of memory for %zu bytes\n", o->max_bytes);
         goto fn_exit;
     }
@@ -186,6 +200,7 @@ static int run(dt_comm *c, const bench_opts *o) {
                p, topo, o->segment ? o->segment : (size_t)1 << 20, busf);
         printf("%12s %11s", "bytes", "count");
         for (int k = 0; k < o->nalgo; k++) printf(" | %8s %17s", dt_algo_name(o->algos[k]), "algbw   busbw");
+        printf(" | memcpy GB/s");
         if (o->check) printf("  check");
         printf("\n");
     }
@@ -231,6 +246,11 @@ static int run(dt_comm *c, const bench_opts *o) {
                 goto fn_exit;
             }
         }
+        double copy_bw = 0;
+        if ((st = time_memcpy(c, buf, cpy, bytes, iters, &copy_bw))) {
+            fprintf(stderr, "dtrain bench allreduce: %s\n", dt_error_msg());
+            goto fn_exit;
+        }
         if (r == 0) {
             printf("%12zu %11zu", bytes, count);
             for (int k = 0; k < o->nalgo; k++) {
@@ -238,6 +258,7 @@ static int run(dt_comm *c, const bench_opts *o) {
                 /* Four decimals: a shaped network's MB/s still shows. */
                 printf(" | %8.1f %7.4f %7.4f", times[k] * 1e6, algbw, algbw * busf);
             }
+            printf(" | %11.4f", copy_bw);
             if (o->check) printf("  %s", ok ? "ok" : "WRONG");
             printf("\n");
             fflush(stdout);
@@ -248,6 +269,7 @@ static int run(dt_comm *c, const bench_opts *o) {
     rc = 0;
 fn_exit:
     dt_free(buf);
+    dt_free(cpy);
     dt_free(slots);
     return rc;
 }
