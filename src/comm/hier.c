@@ -28,12 +28,13 @@
 
 #include <stdio.h>
 
-/* The sub-communicators report with c's deadline and step, and a timeout in
- * them breaks c as well. */
+/* The sub-communicators report with c's deadline and step and pipeline with
+ * its segments, and a timeout in them breaks c as well. */
 static void follow(dt_comm *sub, const dt_comm *c) {
     if (!sub) return;
     sub->timeout = c->timeout;
     sub->step = c->step;
+    sub->max_segment = c->max_segment;
 }
 
 static dt_status broke(dt_comm *c, dt_status st) {
