@@ -52,13 +52,21 @@ static float expect(int p, size_t i, dt_reduce_op op) {
 
 static const dt_algo ALGOS[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_SHM, DT_ALGO_HIER, DT_ALGO_NATIVE, DT_ALGO_AUTO};
 #define NALGO (sizeof ALGOS / sizeof ALGOS[0])
-static int HOSTS = 1; /* --pretend-hosts K */
+static int HOSTS = 1;       /* --pretend-hosts K */
+static bool SHM = true;     /* the host gives the ranks a shared segment */
 
-/* shm on ranks that (pretend to) sit on several hosts: refused, with why. */
+/* shm on ranks that (pretend to) sit on several hosts, or shm and hier where
+ * the host has no shared memory: refused, with why. */
 static bool refused_shm(dt_algo a, float *buf, size_t count) {
-    if (a != DT_ALGO_SHM || HOSTS == 1 || P == 1 || count == 0) return false;
+    if ((a != DT_ALGO_SHM && a != DT_ALGO_HIER) || P == 1 || count == 0) return false;
+    if (a == DT_ALGO_SHM && HOSTS > 1) {
+        dt_status st = dt_allreduce(W, buf, count, DT_OP_SUM, a);
+        test_cond("shm across hosts refused", st == DT_ERR_INVALID && strstr(dt_error_msg(), "needs every rank on one host"));
+        return true;
+    }
+    if (SHM) return false;
     dt_status st = dt_allreduce(W, buf, count, DT_OP_SUM, a);
-    test_cond("shm across hosts refused", st == DT_ERR_INVALID && strstr(dt_error_msg(), "needs every rank on one host"));
+    test_cond("no shared memory: refused", st == DT_ERR_UNSUPPORTED && strstr(dt_error_msg(), "no shared memory"));
     return true;
 }
 
@@ -165,7 +173,7 @@ static void test_split(void) {
     test_cond("split rank", gr == R / 2);
     test_cond("split world rank", dt_comm_world_rank(g, gr) == R);
     float buf[1000];
-    const dt_algo as[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_NATIVE, DT_ALGO_HIER, DT_ALGO_AUTO};
+    const dt_algo as[] = {DT_ALGO_RING, DT_ALGO_RHD, DT_ALGO_RD, DT_ALGO_NATIVE, SHM ? DT_ALGO_HIER : DT_ALGO_AUTO, DT_ALGO_AUTO};
     for (size_t k = 0; k < sizeof as / sizeof as[0]; k++) {
         for (size_t i = 0; i < 1000; i++) buf[i] = contrib(R, i);
         check_ok("split allreduce", dt_allreduce(g, buf, 1000, DT_OP_SUM, as[k]));
@@ -254,7 +262,7 @@ static void test_timeout(dt_algo a) {
  * algorithms, and their agreement with the flat ring within float rounding. */
 static void test_topology_large(float *buf) {
     const size_t n = 1000003;
-    const dt_algo as[] = {DT_ALGO_SHM, DT_ALGO_HIER, DT_ALGO_AUTO};
+    const dt_algo as[] = {SHM ? DT_ALGO_SHM : DT_ALGO_AUTO, SHM ? DT_ALGO_HIER : DT_ALGO_AUTO, DT_ALGO_AUTO};
     for (size_t k = 0; k < sizeof as / sizeof as[0]; k++)
         for (int op = 0; op < 2; op++) test_one(as[k], (dt_reduce_op)op, n, (size_t)1 << 20, buf);
     char desc[160];
@@ -276,6 +284,10 @@ int main(int argc, char **argv) {
     P = dt_comm_size(W);
     R = dt_comm_rank(W);
     dt_comm_set_timeout(W, 30);
+    dt_comm_topo_info ti;
+    check_ok("topology", dt_comm_topology(W, &ti));
+    SHM = ti.shm || ti.per_host == 1;
+    if (!SHM && R == 0) printf("test_comm: this host gives no shared memory: shm and hier are checked to refuse\n");
     if (R == 0) printf("test_comm: %d rank(s), %s, %d host(s)\n", P, dt_comm_is_mpi(W) ? "MPI" : "self", dt_comm_nhosts(W));
 
     /* Partition convention and names. */
@@ -311,14 +323,14 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof bsizes / sizeof bsizes[0]; k++) {
         test_bcast(bsizes[k], DT_ALGO_AUTO);
         test_bcast(bsizes[k], DT_ALGO_NATIVE);
-        if (HOSTS == 1) test_bcast(bsizes[k], DT_ALGO_SHM);
+        if (HOSTS == 1 && SHM && P > 1) test_bcast(bsizes[k], DT_ALGO_SHM);
     }
     for (int i = 0; i < 5; i++) check_ok("barrier", dt_barrier(W));
     test_f64();
     test_split();
     test_p2p();
     test_timeout(DT_ALGO_RING);
-    if (HOSTS == 1) test_timeout(DT_ALGO_SHM);
+    if (HOSTS == 1 && SHM) test_timeout(DT_ALGO_SHM);
 
     int rc = test_report();
     double worst = max_all(W, rc);

@@ -67,7 +67,7 @@ typedef struct dt_dp dt_dp;
 
 void dt_dp_cfg_default(dt_dp_cfg *c);
 /* m and comm are borrowed and must outlive the dp. The dp owns the optimizer
- * (full or sharded). */
+ * (full or sharded). Collective over comm (it learns comm's topology). */
 dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg *cfg,
                        const dt_optim_cfg *ocfg);
 void dt_dp_destroy(dt_dp *dp); /* NULL ok */

@@ -24,7 +24,7 @@
  * pipeline's activations or a small collective lose at most that much to a
  * sleep, while a rank that waits for seconds wakes 20000 times a second, which
  * costs its core ~1%. */
-#define YIELD_NS 2000000ull
+#define YIELD_NS 1000000ull
 #define SLEEP_MIN_NS 2000ull
 #define SLEEP_MAX_NS 50000ull
 

@@ -243,7 +243,11 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
     dp->page_floats = (size_t)getpagesize() / sizeof(float);
     pthread_mutex_init(&dp->mu, NULL);
     pthread_cond_init(&dp->cv, NULL);
-    dt_status st = build_buckets(dp);
+    /* The group's topology now, on this thread: later the communication
+     * thread would make it (MPI splits) while this one computes. */
+    dt_comm_topo_info ti;
+    dt_status st = dt_comm_topology(comm, &ti);
+    if (!st) st = build_buckets(dp);
     if (st) goto fail;
     if ((st = dt_optim_create(&dp->opt, ocfg, dp->shard))) goto fail;
     if (cfg->zero == 2) {
