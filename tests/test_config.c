@@ -78,6 +78,8 @@ static const row rows[] = {
     {"ckpt-every", "5", "5", "-5", "--ckpt-every -5 is out of range"},
     {"ckpt-keep", "0", "0", "x", "--ckpt-keep expects an integer"},
     {"ckpt-replicas", "2", "2", "8", "--ckpt-replicas 8 is out of range [0, 7]"},
+    {"staleness-lr", NULL, "true", "maybe", "--staleness-lr takes no value, or true or false"},
+    {"dc-asgd", "0.5", "0.5", "-1", "--dc-asgd -1 is out of range"},
     {"resume", "auto", "auto", NULL, NULL},
 };
 enum { N_ROWS = sizeof rows / sizeof rows[0] };

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Parameter server: BSP with 1 server and 2 workers equals synchronous data
 # parallelism; SSP:0 synchronises like BSP; recorded staleness never exceeds
-# K under SSP:K with a slow worker; ASP finishes with a worker 5x slower;
+# K under SSP:K with a slow worker; ASP finishes with a worker 5x slower,
+# also with --staleness-lr and --dc-asgd (which equal plain ASP with one worker);
 # robust aggregation on the
 # server; refusals.
 source "$(dirname "$0")/lib.sh" "$@"
@@ -30,6 +31,24 @@ L="--model mlp --hidden 64 --batch 64 --steps 40 --lr 0.05 --quiet"
 run ssp2 -n 4 --strategy ps --servers 1 --consistency ssp:2 $L --inject slow:rank=1:factor=3 && {
   s=$(stale "$tmp/ssp2"); [ "$s" -le 2 ] && ok "SSP:2 with a 3x slower worker: max recorded staleness $s" || fail "SSP:2 staleness $s"; }
 run asp -n 3 --strategy ps --servers 1 --consistency asp $L --inject slow:rank=1:factor=5 && ok "ASP with a 5x slower worker finished (max staleness $(stale "$tmp/asp"))"
+
+# delay-tolerant ASP (issue 14): with one worker nothing is stale and nothing
+# moves between its read and its push, so both methods give plain ASP's bits;
+# with a 5x slower worker they train
+D="--model mlp --hidden 64 --batch 64 --steps 30 --lr 0.05 --log-every 1 --eval-every 0 --quiet"
+run asp1 -n 2 --strategy ps --servers 1 --consistency asp $D && run asp1dc -n 2 --strategy ps --servers 1 --consistency asp $D \
+  --staleness-lr --dc-asgd 0.5 && {
+  cmp -s "$tmp/asp1/model.safetensors" "$tmp/asp1dc/model.safetensors" && ok "one worker: --staleness-lr --dc-asgd 0.5 = plain ASP, bit for bit" ||
+    fail "one worker: delay-tolerant ASP differs from plain ASP: $("$dt" diff "$tmp/asp1/model.safetensors" "$tmp/asp1dc/model.safetensors" 2>&1)"; }
+for m in "--staleness-lr" "--dc-asgd 0.5"; do
+  k=$(tr -dc 'a-z' <<<"$m")
+  run "slow_$k" -n 3 --strategy ps --servers 1 --consistency asp $D $m --inject slow:rank=1:factor=5 && {
+    first=$(losses "$tmp/slow_$k" | head -1 | cut -d' ' -f2); last=$(losses "$tmp/slow_$k" | tail -1 | cut -d' ' -f2)
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' &&
+      ok "ASP $m with a 5x slower worker: loss $first -> $last (max staleness $(stale "$tmp/slow_$k"))" || fail "ASP $m: loss $first -> $last"; }
+done
+expect "are for the parameter server's asynchronous modes" -n 3 --strategy ps --consistency bsp --dc-asgd 0.5 $D
+expect "are for the parameter server's asynchronous modes" -n 2 --staleness-lr $D
 
 # checkpoints: a crashed worker and a killed server are restarted by the
 # supervisor from the servers' checkpoint; BSP resumes bit for bit

@@ -19,7 +19,8 @@
  * as it arrives, scaled by 1/W (a full round of W pushes is one synchronous
  * step). The staleness of an applied gradient is the global clock when it is
  * applied minus the global clock of the parameters the worker had read; under
- * SSP:K it never exceeds K.
+ * SSP:K it never exceeds K. Under ASP and SSP a push may also have its step
+ * scaled by its staleness or its gradient corrected for the delay (cfg).
  *
  * Lost workers (ASP and SSP, cfg.liveness > 0): a server drops a worker whose
  * connection fails, or who has been silent for cfg.liveness seconds while the
@@ -72,11 +73,23 @@ typedef struct dt_ps_cfg {
     /* Compressed pushes (--compress): workers encode each range's gradient (with
      * their own error feedback), servers decode it. comp.comp.kind NONE: off. */
     dt_gc_cfg comp;
+    /* ASP/SSP, delay-tolerant (src/ps/delay.c): scale each push's step by
+     * 1/(1 + its staleness in rounds of W pushes); compensate each push's
+     * delay with lambda (DC-ASGD), 0: off. */
+    bool staleness_lr;
+    float dc_lambda;
 } dt_ps_cfg;
 
 #define DT_PS_HIST 32           /* staleness histogram bins (the last collects the rest) */
 
 dt_status dt_ps_cfg_parse(const char *consistency, dt_ps_cfg *out); /* bsp | asp | ssp:K */
+
+/* The delay-tolerant updates (pure; src/ps/delay.c). The step scale of a push
+ * that pushes_since_read other pushes followed the worker's read, W workers:
+ * 1/(1 + floor(pushes_since_read / W)). DC-ASGD: g += lambda g g (w_now - w_read)
+ * elementwise. */
+float dt_ps_staleness_scale(int64_t pushes_since_read, int W);
+void dt_ps_delay_compensate(float *g, const float *w_now, const float *w_read, size_t n, float lambda);
 
 /* Server: serves until every worker has finished or been dropped, then tells
  * the others which were dropped. m->w holds the initial parameters; on return

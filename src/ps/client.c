@@ -198,7 +198,12 @@ dt_status dt_ps_finish(dt_ps_client *c) {
     if (!bye || !r) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
     for (int s = 0; s < S && !st; s++)
         st = dt_irecv(c->c, bye + (size_t)s * (size_t)W, (size_t)W * sizeof(int64_t), W + s, TAG_BYE, &r[s]);
-    if (!st) st = dt_waitall_for(c->c, r, S, c->deadline, "parameter server farewell (waiting for the other workers to finish)");
+    /* The farewell waits for a lost worker to be dropped (liveness after its
+     * last message) and, when that ends the run (worker 0), for the server's
+     * report (its grace, at most 5 s, and 2 s more): this worker's own timeout
+     * must not race the server's better report. */
+    double bye_deadline = c->deadline > 0 && c->deadline > dt_comm_timeout(c->c) ? c->deadline + 7.0 : c->deadline;
+    if (!st) st = dt_waitall_for(c->c, r, S, bye_deadline, "parameter server farewell (waiting for the other workers to finish)");
     for (int s = 0; s < S && !st; s++)
         for (int w = 0; w < W; w++) {
             int64_t v = bye[(size_t)s * (size_t)W + (size_t)w];

@@ -39,6 +39,8 @@ typedef struct server {
     float *agg_scratch, *agg_out;
     uint64_t *hist;
     int64_t *ck_clock;          /* per worker: clock of a checkpoint request, -1 none */
+    int64_t pushes;             /* ASP/SSP: pushes applied */
+    int64_t *read_pushes;       /* per worker: pushes applied when it last read */
 } server;
 
 static int64_t global_clock(const server *sv) {
@@ -90,6 +92,7 @@ static dt_status reply(server *sv, int w) {
     if (!st) st = dt_isend(sv->c, sv->outbuf[w], sv->len * sizeof(float), w, TAG_VAL, &sv->out_req[2 * w + 1]);
     if (!st) sv->out_busy[w] = true;
     sv->pending[w] = -1;
+    sv->read_pushes[w] = sv->pushes;
     sv->last[w] = dt_now(); /* released: its silence counts from now */
     return st;
 }
@@ -239,7 +242,13 @@ static dt_status on_push(server *sv, int w, const hdr *h) {
         try_apply_bsp(sv);
     } else {
         count_staleness(sv, h->read_clock);
-        apply(sv, sv->gin, 1.0f / (float)sv->W, h->clock);
+        float scale = 1.0f / (float)sv->W;
+        if (sv->cfg.staleness_lr) scale *= dt_ps_staleness_scale(sv->pushes - sv->read_pushes[w], sv->W);
+        /* outbuf[w]: the values this worker read at its last pull */
+        if (sv->cfg.dc_lambda > 0 && sv->outbuf[w])
+            dt_ps_delay_compensate(sv->gin, sv->m->w + sv->lo, sv->outbuf[w], sv->len, sv->cfg.dc_lambda);
+        apply(sv, sv->gin, scale, h->clock);
+        sv->pushes++;
         sv->clock[w] = h->clock + 1;
     }
     return DT_OK;
@@ -294,6 +303,7 @@ static dt_status server_alloc(server *sv, const dt_optim_cfg *ocfg) {
     sv->gin = dt_alloc_floats(sv->len);
     sv->bsp_got = dt_calloc(W, sizeof(bool));
     sv->ck_clock = dt_calloc(W, sizeof(int64_t));
+    sv->read_pushes = dt_calloc(W, sizeof(int64_t));
     dt_status st = DT_OK;
     if (sv->cfg.comp.comp.kind != DT_COMP_NONE) {
         /* Compressed pushes: a decoder only (the residuals are the workers'). */
@@ -305,7 +315,7 @@ static dt_status server_alloc(server *sv, const dt_optim_cfg *ocfg) {
         if (!sv->ein) return dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
     }
     if (!sv->in_req || !sv->in_hdr || !sv->last || !sv->lost || !sv->clock || !sv->active || !sv->pending || !sv->outbuf ||
-        !sv->out_req || !sv->out_busy || !sv->out_hdr || !sv->gin || !sv->bsp_got || !sv->ck_clock)
+        !sv->out_req || !sv->out_busy || !sv->out_hdr || !sv->gin || !sv->bsp_got || !sv->ck_clock || !sv->read_pushes)
         return dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
     if (sv->cfg.mode == DT_PS_BSP) {
         dt_agg a = sv->cfg.agg.kind == DT_AGG_NONE ? (dt_agg){.kind = DT_AGG_MEAN} : sv->cfg.agg;
@@ -338,6 +348,7 @@ static void server_free(server *sv) {
     dt_free(sv->bsp);
     dt_free(sv->bsp_got);
     dt_free(sv->ck_clock);
+    dt_free(sv->read_pushes);
     dt_free(sv->agg_scratch);
     dt_free(sv->agg_out);
 }

@@ -144,6 +144,9 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
         return dt_errorf(DT_ERR_INVALID, "--accum is for data parallelism alone; with --pp use --micro-batches");
     if (c->ckpt_keep < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-keep must be >= 0");
     if (c->ckpt_replicas && !c->ckpt_dir) return dt_errorf(DT_ERR_INVALID, "--ckpt-replicas needs --ckpt-dir");
+    if ((c->ps.staleness_lr || c->ps.dc_lambda > 0) && (c->strategy != DT_STRATEGY_PS || c->ps.mode == DT_PS_BSP))
+        return dt_errorf(DT_ERR_INVALID, "--staleness-lr and --dc-asgd are for the parameter server's asynchronous modes: "
+                                         "--strategy ps --consistency asp or ssp:K");
     if (c->dp.comp.comp.kind != DT_COMP_NONE) {
         if (c->pp > 1 || c->tp > 1 || c->strategy == DT_STRATEGY_LOCALSGD || c->strategy == DT_STRATEGY_HOGWILD ||
             c->agg.kind != DT_AGG_NONE || byz || c->balance_dynamic)

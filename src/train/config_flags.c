@@ -441,6 +441,10 @@ static const dt_flag train_flags[] = {
         "ranges and the optimizer; workers push and pull"),
     CH("consistency", consistency, ps.mode, TR, S_CONS, "bsp|asp|ssp:K", "parameter server; asp and ssp:K go on "
        "without a worker that dies (worker 0 excepted)"),
+    SW("staleness-lr", ps.staleness_lr, false, S_CONS, "parameter server, asp and ssp:K: scale each push's step by "
+       "1/(1 + its staleness in rounds of W pushes)"),
+    NUM("dc-asgd", DT_FLAG_FLOAT, ps.dc_lambda, 0, 1e6, TR, S_CONS, "LAMBDA", "parameter server, asp and ssp:K: "
+        "delay-compensated ASGD, each push's gradient g += LAMBDA g g (w_now - w_read) (0: off)"),
     CH("aggregate", aggregate, agg, TR, S_CONS, "mean|median|trimmed:B|krum:F[:M]|cclip[:TAU]", "gather every "
        "worker's gradient and aggregate robustly (median: f < n/2; trimmed: f <= B, n > 2B; krum: n >= 2F+3; cclip: "
        "centred clipping around the last aggregate, radius TAU or the median distance, f < n/2, data parallelism only)"),

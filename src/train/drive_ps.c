@@ -72,9 +72,13 @@ static dt_status ps_begin(ps_run *p) {
     if (st) return st;
     if (!(p->lost = dt_calloc((size_t)p->W, sizeof(int64_t)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     for (int w = 0; w < p->W; w++) p->lost[w] = -1;
-    if (!r->quiet)
-        dt_log(DT_LOG_INFO, "parameter server: %d server%s, %d worker%s, %s", p->S, p->S == 1 ? "" : "s", p->W,
-               p->W == 1 ? "" : "s", c->ps.mode == DT_PS_BSP ? "BSP" : c->ps.mode == DT_PS_ASP ? "ASP" : "SSP");
+    if (!r->quiet) {
+        char dc[64] = "";
+        if (c->ps.dc_lambda > 0) snprintf(dc, sizeof dc, ", delay-compensated (DC-ASGD, lambda %g)", c->ps.dc_lambda);
+        dt_log(DT_LOG_INFO, "parameter server: %d server%s, %d worker%s, %s%s%s", p->S, p->S == 1 ? "" : "s", p->W,
+               p->W == 1 ? "" : "s", c->ps.mode == DT_PS_BSP ? "BSP" : c->ps.mode == DT_PS_ASP ? "ASP" : "SSP",
+               c->ps.staleness_lr ? ", steps scaled by 1/(1 + staleness)" : "", dc);
+    }
     /* Workers' residuals go into BSP checkpoints (each worker writes its own);
      * under ASP/SSP a resume is not exact anyway and a lost worker's file would
      * never come, so they start from zero there. Worker momentum (BSP with
