@@ -72,6 +72,9 @@ size_t dt_shm_area_floats(const dt_shm *s);
 float *dt_shm_area(dt_shm *s, int q);   /* slot q (0..L-1), or the result area (L) */
 dt_status dt_shm_sync(dt_shm *s, dt_comm *c, const char *what);
 
+/* Local ranks one segment serves (shm_coll.c's per-round tables). */
+#define DT_SHM_MAX_LOCAL 64
+
 /* A range of a vector and the local rank that owns it (shm_coll.c). */
 typedef struct {
     size_t off, len;

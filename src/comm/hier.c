@@ -57,8 +57,9 @@ static dt_status need_shm(dt_comm *c, const char *what, bool one_host, dt_topo *
     return DT_OK;
 }
 
-/* Ranges of the p chunks owned by their local index, in a buffer kept with the
- * topology (no allocation per call after the first). */
+/* The partition's ranges (chunk r owned by owner[r], NULL: r) in c's scratch,
+ * which is kept (no allocation per call once it is large enough); the
+ * sub-communicators have their own. */
 static dt_status chunk_ranges(dt_comm *c, size_t count, int parts, const int *owner, dt_shm_range **out) {
     float *mem;
     size_t floats = ((size_t)parts * sizeof(dt_shm_range) + sizeof(float) - 1) / sizeof(float);

@@ -28,7 +28,6 @@
 
 #include <string.h>
 
-#define MAX_LOCAL 64
 
 typedef struct {
     dt_shm *s;
@@ -36,7 +35,7 @@ typedef struct {
     float *buf;
     const dt_shm_range *rg;
     int nrg, L, me;
-    size_t T[MAX_LOCAL];  /* each owner's sequence length */
+    size_t T[DT_SHM_MAX_LOCAL];  /* each owner's sequence length */
     size_t w;             /* window elements per owner */
 } eng;
 
@@ -67,7 +66,7 @@ static void seq_copy(const eng *e, int owner, size_t v0, size_t n, float *area, 
 
 /* Phase B of a reduction: this rank's window summed over the slots. */
 static void reduce_own(eng *e, size_t v0, size_t n, float *res, float scale) {
-    const float *src[MAX_LOCAL];
+    const float *src[DT_SHM_MAX_LOCAL];
     size_t pos = 0, woff = 0;
     for (int i = 0; i < e->nrg && n > 0; i++) {
         const dt_shm_range *r = &e->rg[i];
@@ -89,7 +88,7 @@ static void reduce_own(eng *e, size_t v0, size_t n, float *res, float scale) {
 
 static dt_status eng_init(eng *e, dt_shm *s, dt_comm *c, float *buf, const dt_shm_range *rg, int nrg) {
     *e = (eng){.s = s, .c = c, .buf = buf, .rg = rg, .nrg = nrg, .L = dt_shm_size(s), .me = dt_shm_rank(s)};
-    if (e->L > MAX_LOCAL) return dt_errorf(DT_ERR_UNSUPPORTED, "shared memory: %d ranks on one host (at most %d)", e->L, MAX_LOCAL);
+    if (e->L > DT_SHM_MAX_LOCAL) return dt_errorf(DT_ERR_UNSUPPORTED, "shared memory: %d ranks on one host (at most %d)", e->L, DT_SHM_MAX_LOCAL);
     for (int i = 0; i < nrg; i++) e->T[rg[i].owner] += rg[i].len;
     return DT_OK;
 }

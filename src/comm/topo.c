@@ -71,7 +71,10 @@ static dt_status number_hosts(dt_topo *t, const double *leader, int p, int me) {
 static dt_status make_shm(dt_comm *c, dt_topo *t) {
     double none = 0;
     dt_status st = DT_OK;
-    if (t->lsize > 1) {
+    if (t->lsize > DT_SHM_MAX_LOCAL) {
+        snprintf(t->no_shm, sizeof t->no_shm, "%d ranks on one host, more than the %d a segment serves", t->lsize, DT_SHM_MAX_LOCAL);
+        none = 1;
+    } else if (t->lsize > 1) {
         dt_comm_set_timeout(t->local, c->timeout);
         st = dt_shm_create(t->local, DT_SHM_AREA, &t->shm, t->no_shm, sizeof t->no_shm);
         if (st) return st;
