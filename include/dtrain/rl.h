@@ -1,0 +1,58 @@
+/* dtrain reinforcement learning, the lower floor: environments (deterministic
+ * from a seed, vectorised) and V-trace, IMPALA's off-policy targets
+ * (Espeholt et al., 2018). The actor-learner driver (`dtrain rl`) is built on
+ * these in a later step (issue 14). */
+#ifndef DTRAIN_RL_H
+#define DTRAIN_RL_H
+
+#include "dtrain/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- environments ------------------------------------------------------------
+ * n copies of one environment stepped together. Env i draws its start states
+ * from its own stream (seed, i), so its episodes do not depend on n. A copy
+ * that ends (terminal or truncated) starts its next episode within the same
+ * step: the observation returned is the new episode's first. */
+typedef struct dt_env dt_env;
+
+/* name: "cartpole" (Gym's CartPole-v1: its constants, Euler steps of 0.02 s,
+ * reward 1 per step, the episode ends when |x| > 2.4 or |theta| > 12 degrees,
+ * and is truncated at 500 steps). */
+dt_status dt_env_create(dt_env **out, const char *name, int n, uint64_t seed);
+void dt_env_destroy(dt_env *e); /* NULL ok */
+int dt_env_n(const dt_env *e);
+int dt_env_obs_dim(const dt_env *e);
+int dt_env_n_actions(const dt_env *e);
+/* Starts every copy's first episode; obs: n x obs_dim. */
+void dt_env_reset(dt_env *e, float *obs);
+/* One step of every copy with actions[i] in [0, n_actions): obs (n x
+ * obs_dim) the next observations, reward[i], done[i] 1 when the episode
+ * ended (terminal or truncated), truncated[i] 1 when it was cut at the step
+ * limit (not a terminal state: a learner bootstraps there). Returns
+ * DT_ERR_INVALID for an action out of range (nothing stepped). */
+dt_status dt_env_step(dt_env *e, const int *actions, float *obs, float *reward, uint8_t *done, uint8_t *truncated);
+/* For tests: the state of copy i (cartpole: x, x_dot, theta, theta_dot, in
+ * double), read or set, and its steps so far in the episode. */
+void dt_env_get_state(const dt_env *e, int i, double *s);
+void dt_env_set_state(dt_env *e, int i, const double *s);
+int dt_env_episode_steps(const dt_env *e, int i);
+
+/* ---- V-trace -----------------------------------------------------------------
+ * One trajectory of T steps: log_rho[s] = log pi(a_s|x_s) - log mu(a_s|x_s)
+ * (target over behaviour policy), discount[s] = gamma, or 0 where x_{s+1} is
+ * terminal, reward[s], value[s] = V(x_s), bootstrap = V(x_T). With
+ * rho_s = min(rho_bar, e^log_rho[s]), c_s = min(c_bar, e^log_rho[s]):
+ *   vs[s] = V(x_s) + rho_s (r_s + discount_s V(x_{s+1}) - V(x_s))
+ *           + discount_s c_s (vs[s+1] - V(x_{s+1})),   vs[T] = bootstrap
+ *   pg_adv[s] = rho_s (r_s + discount_s vs[s+1] - V(x_s))
+ * computed backwards in double. Cost O(T). */
+void dt_vtrace(int T, const float *log_rho, const float *discount, const float *reward, const float *value,
+               float bootstrap, float rho_bar, float c_bar, float *vs, float *pg_adv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
