@@ -1,12 +1,14 @@
 /* The reinforcement-learning floor: CartPole against Gym's equations computed
  * independently (in Python, double precision; the values below), its ends,
  * truncation, auto-reset and determinism; V-trace against the paper's
- * non-recursive sum (computed in Python) and its on-policy limit. */
+ * non-recursive sum (computed in Python) and its on-policy limit; the
+ * actor-critic network's and loss's gradients against central differences. */
 #include "dtrain/rl.h"
 
 #include "testhelp.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static bool near(double a, double b, double tol) { return fabs(a - b) <= tol * (1.0 + fabs(b)); }
@@ -103,7 +105,50 @@ static void vtrace(void) {
     test_cond("on-policy: advantages = returns - values", pg3[0] == vs3[0] - 9 && pg3[2] == vs3[2] - 7);
 }
 
+/* The network's and the loss's gradients against central differences. */
+static double loss_at(dt_policy *p, const float *obs, int N, const int *act, const float *adv, const float *vs, float *dz, float *dv) {
+    float z[3 * 3], v[3];
+    dt_policy_forward(p, obs, N, z, v);
+    return dt_ac_loss(z, v, act, adv, vs, N, 3, 0.5f, 0.01f, dz, dv);
+}
+
+static void policy_gradcheck(void) {
+    dt_policy *p;
+    test_cond("policy create", dt_policy_create(&p, 4, 3, 5, 3, 42) == DT_OK);
+    const float obs[12] = {0.1f, -0.2f, 0.3f, 0.05f, -0.4f, 0.2f, 0.0f, 0.3f, 0.25f, 0.1f, -0.15f, -0.3f};
+    const int act[3] = {2, 0, 1};
+    const float adv[3] = {0.7f, -1.2f, 0.4f}, vs[3] = {1.0f, -0.5f, 0.3f};
+    float dz[9], dv[3];
+    size_t n = dt_policy_n_params(p);
+    float *w = dt_policy_params(p), *g = dt_policy_grads(p);
+    memset(g, 0, n * sizeof(float));
+    loss_at(p, obs, 3, act, adv, vs, dz, dv);
+    dt_policy_backward(p, dz, dv);
+    double worst = 0;
+    for (size_t k = 0; k < n; k++) {
+        float keep = w[k], eps = 5e-3f;
+        w[k] = keep + eps;
+        double lp = loss_at(p, obs, 3, act, adv, vs, dz, dv);
+        w[k] = keep - eps;
+        double lm = loss_at(p, obs, 3, act, adv, vs, dz, dv);
+        w[k] = keep;
+        double num = (lp - lm) / (2.0 * (double)eps), err = fabs(num - (double)g[k]) / (1e-3 + fabs(num));
+        worst = err > worst ? err : worst;
+    }
+    printf("policy gradcheck: %zu parameters, worst relative error %.2g\n", n, worst);
+    test_cond("network + loss gradients = central differences (2%)", worst < 0.02);
+    float z[9], ls[9];
+    dt_policy_forward(p, obs, 3, z, dv);
+    dt_log_softmax(z, 3, 3, ls);
+    double sum = 0;
+    for (int j = 0; j < 3; j++) sum += exp((double)ls[j]);
+    test_cond("log softmax rows sum to 1", fabs(sum - 1.0) < 1e-6);
+    test_cond("batch larger than the network's is refused", dt_policy_forward(p, obs, 4, z, dv) == DT_ERR_INVALID);
+    dt_policy_destroy(p);
+}
+
 int main(void) {
+    policy_gradcheck();
     cartpole_equations();
     cartpole_truncation();
     cartpole_determinism();

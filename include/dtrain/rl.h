@@ -52,6 +52,27 @@ int dt_env_episode_steps(const dt_env *e, int i);
 void dt_vtrace(int T, const float *log_rho, const float *discount, const float *reward, const float *value,
                float bootstrap, float rho_bar, float c_bar, float *vs, float *pg_adv);
 
+/* ---- the actor-critic network and its loss (policy.c) --------------------------
+ * obs (D) -> tanh(H) -> tanh(H) -> A policy logits and a value; batches of up to
+ * max_batch rows. Forward keeps what backward needs (obs is borrowed until
+ * then); backward adds the gradients of its last forward into the grads arena
+ * (the caller zeroes it). */
+typedef struct dt_policy dt_policy;
+dt_status dt_policy_create(dt_policy **out, int obs_dim, int n_actions, int hidden, int max_batch, uint64_t seed);
+void dt_policy_destroy(dt_policy *p); /* NULL ok */
+size_t dt_policy_n_params(const dt_policy *p);
+float *dt_policy_params(dt_policy *p);
+float *dt_policy_grads(dt_policy *p);
+dt_status dt_policy_forward(dt_policy *p, const float *obs, int N, float *logits, float *value);
+void dt_policy_backward(dt_policy *p, const float *dlogits, const float *dvalue);
+/* out = log softmax of each row of logits (N x A), in double inside. */
+void dt_log_softmax(const float *logits, int N, int A, float *out);
+/* The mean over N samples of -adv log pi(a) + value_coef/2 (V - vs)^2 -
+ * entropy_coef H(pi); writes its gradient in the logits (N x A) and the
+ * values (N). */
+double dt_ac_loss(const float *logits, const float *value, const int *actions, const float *adv, const float *vs, int N, int A,
+                  float value_coef, float entropy_coef, float *dlogits, float *dvalue);
+
 #ifdef __cplusplus
 }
 #endif
