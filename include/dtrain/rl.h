@@ -5,6 +5,7 @@
 #ifndef DTRAIN_RL_H
 #define DTRAIN_RL_H
 
+#include "dtrain/comm.h"
 #include "dtrain/core.h"
 
 #ifdef __cplusplus
@@ -72,6 +73,29 @@ void dt_log_softmax(const float *logits, int N, int A, float *out);
  * values (N). */
 double dt_ac_loss(const float *logits, const float *value, const int *actions, const float *adv, const float *vs, int N, int A,
                   float value_coef, float entropy_coef, float *dlogits, float *dvalue);
+
+/* ---- the actor-learner run (a2c.c) ---------------------------------------------
+ * Synchronous mode: rank 0 learns, the other ranks act (alone, rank 0 does
+ * both); collective over world. Writes out/metrics.jsonl (update lines with
+ * train_return, evaluation lines with eval_return) and out/policy.safetensors
+ * on rank 0 when out is set. */
+typedef struct dt_rl_cfg {
+    const char *env;          /* "cartpole" */
+    int envs, unroll, hidden; /* copies per actor [16], steps per rollout [16], width [64] */
+    int64_t updates;          /* learner updates [600] */
+    float lr, gamma, value_coef, entropy_coef, rho_bar, c_bar;
+    uint64_t seed;
+    int log_every, eval_every, eval_episodes;
+    const char *out;          /* NULL: no files */
+    double timeout;           /* every wait's deadline, seconds */
+    bool quiet;
+} dt_rl_cfg;
+void dt_rl_cfg_default(dt_rl_cfg *c);
+typedef struct dt_rl_result {
+    double eval_return, train_return, seconds, env_steps_per_s;
+    int64_t env_steps;
+} dt_rl_result;
+dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res);
 
 #ifdef __cplusplus
 }

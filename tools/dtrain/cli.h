@@ -8,6 +8,8 @@
 
 /* dtrain bench allreduce [flags]: argv are the flags after "allreduce". */
 int dt_cli_bench_allreduce(int argc, char **argv);
+/* dtrain rl [flags] (rl.c): argv are the flags after "rl". */
+int dt_cli_rl(int argc, char **argv);
 /* dtrain bench allreduce --fit on c (bench_fit.c): prints the cost model's
  * parameters measured here; 0 or 1. Collective over c. */
 int dt_bench_fit(dt_comm *c);

@@ -447,6 +447,7 @@ static const char *main_help =
     "\n"
     "  train    train a model (mlp, cnn, gpt); 'dtrain train --help'\n"
     "  eval     evaluate saved weights; 'dtrain eval --help'\n"
+    "  rl       reinforcement learning, actor ranks and a learner (cartpole); 'dtrain rl --help'\n"
     "  bench allreduce   collective bandwidth table; 'dtrain bench allreduce --help'\n"
     "  diff A B [--rtol R] [--atol A]   compare two weights files\n"
     "  inspect CKPT         verify every checksum of a checkpoint and print what it holds\n"
@@ -463,6 +464,11 @@ int main(int argc, char **argv) {
         int rc = dt_launch(argc, argv, 3);
         if (rc >= 0) return rc;
         return dt_cli_bench_allreduce(argc - 3, argv + 3);
+    }
+    if (strcmp(argv[1], "rl") == 0) {
+        int rc = dt_launch(argc, argv, 2);
+        if (rc >= 0) return rc;
+        return dt_cli_rl(argc - 2, argv + 2);
     }
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 2, argv + 2);
     if (strcmp(argv[1], "diff") == 0) return cmd_diff(argc - 2, argv + 2);

@@ -1,0 +1,51 @@
+/* Private to src/rl: rollouts (rollout.c) and the learner (learner.c) that the
+ * driver (a2c.c) runs on the actor and learner ranks. */
+#ifndef DTRAIN_RL_INTERNAL_H
+#define DTRAIN_RL_INTERNAL_H
+
+#include "dtrain/comm.h"
+#include "dtrain/optim.h"
+#include "dtrain/rl.h"
+
+/* T steps of E copies: obs (T+1) x E x D (the last row the bootstrap), the
+ * rest T x E; the returns of the episodes that ended during it. */
+typedef struct rl_traj {
+    int T, E, D, A;
+    float *obs, *rew, *logp;
+    int32_t *act;
+    uint8_t *done, *trunc;      /* the episode ended; it was cut at the step limit */
+    double ret_sum;
+    int ret_n;
+} rl_traj;
+
+dt_status rl_traj_alloc(rl_traj *t, int T, int E, int D, int A);
+void rl_traj_free(rl_traj *t);
+
+typedef struct rl_actor {
+    dt_env *env;
+    dt_policy *p;       /* borrowed: the actor's copy of the weights */
+    dt_rng rng;
+    float *cur, *logits, *value;
+    double *ret;        /* per copy: the running episode's return */
+    rl_traj traj;
+} rl_actor;
+
+/* E copies of env, seeded from (seed, rank); the rollout length T. */
+dt_status rl_actor_create(rl_actor *a, const char *env, int E, int T, dt_policy *p, uint64_t seed, int rank);
+void rl_actor_free(rl_actor *a);
+/* One rollout into a->traj with the policy's current weights. */
+dt_status rl_actor_rollout(rl_actor *a);
+
+/* The learner's gradient of one rollout (V-trace targets, IMPALA's loss),
+ * added into p's gradients; returns the loss. */
+typedef struct rl_learn {
+    dt_policy *p;
+    float gamma, value_coef, entropy_coef, rho_bar, c_bar;
+    float *logits, *value, *lsm, *dlogits, *dvalue, *vs, *adv;     /* (T+1)E rows */
+    float *col_lr, *col_d, *col_r, *col_v, *col_vs, *col_adv;      /* one copy's T steps */
+} rl_learn;
+dt_status rl_learn_create(rl_learn *l, dt_policy *p, int T, int E, int A);
+void rl_learn_free(rl_learn *l);
+dt_status rl_learn_grad(rl_learn *l, const rl_traj *t, double *loss);
+
+#endif
