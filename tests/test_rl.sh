@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# dtrain rl (synchronous actor-learner, issue 14): CartPole learns in one process
-# and with 2 actor ranks (the greedy policy's return well above a random
-# policy's ~22); a layout's run is bitwise repeatable; the outputs; refusals.
+# dtrain rl (actor-learner, issue 14): CartPole learns in one process, with 2
+# actor ranks synchronously (bitwise repeatable) and asynchronously (IMPALA):
+# the greedy policy's return well above a random policy's ~22; the outputs;
+# refusals.
 source "$(dirname "$0")/lib.sh" "$@"
 ret() { grep -o '"eval_return":[0-9.]*' "$1/metrics.jsonl" | tail -1 | cut -d: -f2; }
 rl() { local out=$1; shift; timeout 300 "$dt" rl "$@" --out "$tmp/$out" > "$tmp/$out.log" 2>&1 ||
@@ -19,6 +20,11 @@ rl two_a -n 3 $R && rl two_b -n 3 $R && {
   awk -v r="$r" 'BEGIN { exit !(r > 100) }' && ok "learner + 2 actor ranks: greedy return $r" || fail "2 actors: return $r"
   cmp -s "$tmp/two_a/policy.safetensors" "$tmp/two_b/policy.safetensors" && ok "the same layout twice: bitwise identical policy" ||
     fail "two runs of -n 3 differ"; }
+# IMPALA (--async): actors never wait for each other; V-trace corrects the lag
+rl async -n 3 --async $R && {
+  r=$(ret "$tmp/async"); lag=$(grep -o '"lag_hist":\[[0-9,]*\]' "$tmp/async/metrics.jsonl")
+  awk -v r="$r" 'BEGIN { exit !(r > 100) }' && [ -n "$lag" ] && ok "async, learner + 2 actors: greedy return $r; $lag" ||
+    fail "async: return $r, lag ${lag:-none}"; }
 err=$("$dt" rl --env pong 2>&1 >/dev/null); rc=$?
 [ $rc -ne 0 ] && grep -q "the environments are cartpole" <<<"$err" && ok "refused: $err" || fail "--env pong: rc=$rc $err"
 err=$("$dt" rl --envs 0 2>&1 >/dev/null); rc=$?

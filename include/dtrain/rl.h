@@ -89,6 +89,8 @@ typedef struct dt_rl_cfg {
     const char *out;          /* NULL: no files */
     double timeout;           /* every wait's deadline, seconds */
     bool quiet;
+    bool async;               /* IMPALA: the learner takes rollouts as they come */
+    int max_lag;              /* async: a rollout more versions behind is dropped [4] */
 } dt_rl_cfg;
 void dt_rl_cfg_default(dt_rl_cfg *c);
 typedef struct dt_rl_result {

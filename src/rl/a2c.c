@@ -18,13 +18,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define TAG_TRAJ 0x7e00
-#define RL_MSGS 7 /* messages per rollout */
 
 void dt_rl_cfg_default(dt_rl_cfg *c) {
     *c = (dt_rl_cfg){.env = "cartpole", .envs = 16, .unroll = 16, .hidden = 64, .updates = 600, .lr = 2e-3f,
                      .gamma = 0.99f, .value_coef = 0.5f, .entropy_coef = 0.01f, .rho_bar = 1.0f, .c_bar = 1.0f,
-                     .seed = 1, .log_every = 20, .eval_every = 100, .eval_episodes = 20, .timeout = 60};
+                     .seed = 1, .log_every = 20, .eval_every = 100, .eval_episodes = 20, .timeout = 60, .max_lag = 4};
 }
 
 /* The greedy policy on `episodes` fresh copies, each until its first episode ends. */
@@ -62,33 +60,18 @@ static dt_status evaluate(dt_policy *p, const dt_rl_cfg *c, float *mean) {
     return st;
 }
 
-/* A rollout's messages to or from the learner (tags TAG_TRAJ + 0..6). */
-static dt_status exchange(dt_comm *w, rl_traj *t, double *hdr, int k, bool send, dt_req *q) {
+/* A rollout's messages to or from the learner (tags RL_TAG + 0..6). */
+dt_status rl_exchange(dt_comm *w, rl_traj *t, double *hdr, int k, bool send, dt_req *q) {
     size_t te = (size_t)t->T * t->E, ob = (te + (size_t)t->E) * t->D;
     void *bufs[RL_MSGS] = {hdr, t->obs, t->act, t->rew, t->logp, t->done, t->trunc};
-    size_t bytes[RL_MSGS] = {2 * sizeof(double), ob * sizeof(float), te * sizeof(int32_t), te * sizeof(float), te * sizeof(float),
+    size_t bytes[RL_MSGS] = {RL_HDR * sizeof(double), ob * sizeof(float), te * sizeof(int32_t), te * sizeof(float), te * sizeof(float),
                              te, te};
     dt_status st = DT_OK;
     for (int i = 0; i < RL_MSGS && !st; i++)
-        st = send ? dt_isend(w, bufs[i], bytes[i], k, TAG_TRAJ + i, &q[i]) : dt_irecv(w, bufs[i], bytes[i], k, TAG_TRAJ + i, &q[i]);
+        st = send ? dt_isend(w, bufs[i], bytes[i], k, RL_TAG + i, &q[i]) : dt_irecv(w, bufs[i], bytes[i], k, RL_TAG + i, &q[i]);
     return st;
 }
 
-typedef struct rl_run {
-    const dt_rl_cfg *c;
-    dt_comm *w;
-    int rank, n, K;
-    dt_policy *p;
-    rl_actor actor;
-    rl_traj *in;       /* learner: one per actor */
-    double *hdr;       /* (K, 2) */
-    rl_learn learn;
-    dt_optim *opt;
-    FILE *metrics;
-    double t0, ret_sum, loss_sum;
-    int ret_n, loss_n;
-    int64_t steps;
-} rl_run;
 
 static void put_line(rl_run *r, json_t *o) {
     if (r->metrics) {
@@ -106,11 +89,11 @@ static dt_status update(rl_run *r, int64_t u) {
     dt_req q[RL_MSGS * 64];
     if (!st && (r->rank > 0 || r->n == 1)) st = rl_actor_rollout(&r->actor);
     if (!st && r->rank > 0) {
-        double hdr[2] = {r->actor.traj.ret_sum, (double)r->actor.traj.ret_n};
-        st = exchange(r->w, &r->actor.traj, hdr, 0, true, q);
+        double hdr[RL_HDR] = {r->actor.traj.ret_sum, (double)r->actor.traj.ret_n, 0};
+        st = rl_exchange(r->w, &r->actor.traj, hdr, 0, true, q);
         return st ? st : dt_waitall(r->w, q, RL_MSGS, "rl: a rollout to the learner");
     }
-    for (int k = 0; k < r->K && r->n > 1 && !st; k++) st = exchange(r->w, &r->in[k], r->hdr + 2 * k, k + 1, false, q + RL_MSGS * k);
+    for (int k = 0; k < r->K && r->n > 1 && !st; k++) st = rl_exchange(r->w, &r->in[k], r->hdr + RL_HDR * k, k + 1, false, q + RL_MSGS * k);
     if (!st && r->n > 1) st = dt_waitall(r->w, q, RL_MSGS * r->K, "rl: rollouts from the actors");
     float *g = dt_policy_grads(r->p);
     memset(g, 0, P * sizeof(float));
@@ -119,21 +102,26 @@ static dt_status update(rl_run *r, int64_t u) {
         double loss;
         st = rl_learn_grad(&r->learn, t, &loss);
         r->loss_sum += loss, r->loss_n++;
-        r->ret_sum += r->n > 1 ? r->hdr[2 * k] : t->ret_sum;
-        r->ret_n += (int)(r->n > 1 ? r->hdr[2 * k + 1] : t->ret_n);
+        r->ret_sum += r->n > 1 ? r->hdr[RL_HDR * k] : t->ret_sum;
+        r->ret_n += (int)(r->n > 1 ? r->hdr[RL_HDR * k + 1] : t->ret_n);
         r->steps += (int64_t)t->T * t->E;
     }
-    if (st) return st;
-    for (size_t i = 0; i < P; i++) g[i] /= (float)r->K;
+    if (!st) rl_step(r, u, r->K);
+    return st;
+}
+
+void rl_step(rl_run *r, int64_t u, int k) {
+    size_t P = dt_policy_n_params(r->p);
+    float *g = dt_policy_grads(r->p);
+    for (size_t i = 0; i < P; i++) g[i] /= (float)k;
     /* the learning rate decays linearly to 0 over the run (as in A2C and PPO) */
     float lr = r->c->lr * (1.0f - (float)(u - 1) / (float)r->c->updates);
     dt_optim_begin_step(r->opt);
     dt_optim_update(r->opt, dt_policy_params(r->p), g, 0, P, lr, 0.0f);
-    return DT_OK;
 }
 
 /* The learner's log and evaluation lines. */
-static dt_status report(rl_run *r, int64_t u, dt_rl_result *res) {
+dt_status rl_report(rl_run *r, int64_t u, dt_rl_result *res) {
     const dt_rl_cfg *c = r->c;
     double now = dt_now() - r->t0;
     if (u % c->log_every == 0 || u == c->updates) {
@@ -196,7 +184,7 @@ static dt_status setup(rl_run *r, int *D, int *A) {
     if ((r->rank > 0 || r->n == 1) && (st = rl_actor_create(&r->actor, c->env, c->envs, c->unroll, r->p, c->seed, r->rank)))
         return st;
     if (r->rank > 0) return DT_OK;
-    if (!(r->in = dt_calloc((size_t)r->K, sizeof(rl_traj))) || !(r->hdr = dt_calloc((size_t)r->K * 2, sizeof(double))))
+    if (!(r->in = dt_calloc((size_t)r->K, sizeof(rl_traj))) || !(r->hdr = dt_calloc((size_t)r->K * RL_HDR, sizeof(double))))
         return dt_errorf(DT_ERR_NOMEM, "out of memory");
     for (int k = 0; k < r->K && r->n > 1 && !st; k++) st = rl_traj_alloc(&r->in[k], c->unroll, c->envs, *D, *A);
     if (!st) st = rl_learn_create(&r->learn, r->p, c->unroll, c->envs, *A);
@@ -235,13 +223,18 @@ dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res) {
     int D = 0, A = 0;
     dt_status st = setup(&r, &D, &A);
     if (!st && r.rank == 0 && !c->quiet)
-        dt_log(DT_LOG_INFO, "rl: %s, synchronous A2C with V-trace targets: %s%d actor%s x %d copies, unroll %d, %zu parameters",
-               c->env, r.n > 1 ? "" : "one process, ", r.K, r.K == 1 ? "" : "s", c->envs, c->unroll, dt_policy_n_params(r.p));
+        dt_log(DT_LOG_INFO, "rl: %s, %s with V-trace targets: %s%d actor%s x %d copies, unroll %d, %zu parameters", c->env,
+               c->async && r.n > 1 ? "asynchronous (IMPALA)" : "synchronous A2C", r.n > 1 ? "" : "one process, ", r.K,
+               r.K == 1 ? "" : "s", c->envs, c->unroll, dt_policy_n_params(r.p));
     r.t0 = dt_now();
-    for (int64_t u = 1; u <= c->updates && !st; u++) {
-        dt_comm_set_step(world, u);
-        st = update(&r, u);
-        if (!st && r.rank == 0) st = report(&r, u, res);
+    if (c->async && r.n > 1) {
+        st = r.rank == 0 ? rl_learner_async(&r, res) : rl_actor_async(&r);
+    } else {
+        for (int64_t u = 1; u <= c->updates && !st; u++) {
+            dt_comm_set_step(world, u);
+            st = update(&r, u);
+            if (!st && r.rank == 0) st = rl_report(&r, u, res);
+        }
     }
     res->seconds = dt_now() - r.t0;
     res->env_steps = r.steps;
@@ -250,8 +243,11 @@ dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res) {
         char path[4200];
         snprintf(path, sizeof path, "%s/policy.safetensors", c->out);
         st = save_weights(&r, path, D, A);
-        put_line(&r, json_pack("{s:I,s:f,s:f,s:f}", "env_steps", (json_int_t)r.steps, "eval_return", res->eval_return,
-                               "seconds", res->seconds, "env_steps_per_s", res->env_steps_per_s));
+        json_t *lags = json_array();
+        for (int i = 0; i < 8; i++) json_array_append_new(lags, json_integer((json_int_t)r.lag_hist[i]));
+        put_line(&r, json_pack("{s:I,s:f,s:f,s:f,s:I,s:o}", "env_steps", (json_int_t)r.steps, "eval_return", res->eval_return,
+                               "seconds", res->seconds, "env_steps_per_s", res->env_steps_per_s, "dropped", (json_int_t)r.dropped,
+                               "lag_hist", lags));
     }
     teardown(&r);
     return st;

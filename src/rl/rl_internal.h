@@ -4,6 +4,8 @@
 #define DTRAIN_RL_INTERNAL_H
 
 #include "dtrain/comm.h"
+
+#include <stdio.h>
 #include "dtrain/optim.h"
 #include "dtrain/rl.h"
 
@@ -47,5 +49,40 @@ typedef struct rl_learn {
 dt_status rl_learn_create(rl_learn *l, dt_policy *p, int T, int E, int A);
 void rl_learn_free(rl_learn *l);
 dt_status rl_learn_grad(rl_learn *l, const rl_traj *t, double *loss);
+
+#define RL_TAG 0x7e00     /* rollout messages: RL_TAG + 0..RL_MSGS-1 */
+#define RL_MSGS 7         /* messages per rollout */
+#define RL_HDR 3          /* a rollout's header: return sum, episodes, the weights' version */
+#define RL_TAG_CTL (RL_TAG + 16) /* asynchronous: the version sent back (-1: stop) */
+#define RL_TAG_W (RL_TAG + 17)   /* asynchronous: the weights sent back */
+
+/* A run (a2c.c): the learner's and the actors' state. */
+typedef struct rl_run {
+    const dt_rl_cfg *c;
+    dt_comm *w;
+    int rank, n, K;
+    dt_policy *p;
+    rl_actor actor;
+    rl_traj *in;       /* learner: one per actor */
+    double *hdr;       /* learner: (K, RL_HDR) */
+    rl_learn learn;
+    dt_optim *opt;
+    FILE *metrics;
+    double t0, ret_sum, loss_sum;
+    int ret_n, loss_n;
+    int64_t steps, dropped;
+    uint64_t lag_hist[8];  /* asynchronous: versions a rollout lagged (last bin: more) */
+} rl_run;
+
+/* A rollout's messages (its header of RL_HDR doubles first) to or from rank k
+ * of w, posted non-blocking into q (RL_MSGS requests). */
+dt_status rl_exchange(dt_comm *w, rl_traj *t, double *hdr, int k, bool send, dt_req *q);
+/* The learner's metrics and evaluation lines after update u. */
+dt_status rl_report(rl_run *r, int64_t u, dt_rl_result *res);
+/* Update u's Adam step with the gradients summed over k rollouts. */
+void rl_step(rl_run *r, int64_t u, int k);
+/* The asynchronous mode (impala.c). */
+dt_status rl_learner_async(rl_run *r, dt_rl_result *res);
+dt_status rl_actor_async(rl_run *r);
 
 #endif

@@ -12,8 +12,9 @@
 
 static const char *rl_help =
     "usage: dtrain rl --env cartpole [-n N] [--out DIR] [flags]\n"
-    "Synchronous actor-learner reinforcement learning (A2C with V-trace targets, IMPALA's\n"
-    "loss): rank 0 learns, ranks 1..N-1 act; alone, one process does both.\n"
+    "Actor-learner reinforcement learning (V-trace targets, IMPALA's loss): rank 0 learns,\n"
+    "ranks 1..N-1 act; alone, one process does both. Synchronous (A2C, bitwise repeatable)\n"
+    "unless --async.\n"
     "  --env NAME          cartpole\n"
     "  --envs E            environment copies per actor (16)\n"
     "  --unroll T          steps per rollout (16)\n"
@@ -29,6 +30,9 @@ static const char *rl_help =
     "  --eval-episodes M   episodes per evaluation (20)\n"
     "  --out DIR           DIR/metrics.jsonl and DIR/policy.safetensors\n"
     "  --timeout SEC       deadline of every wait (60)\n"
+    "  --async             IMPALA: actors never wait for each other; the learner takes rollouts\n"
+    "                      as they come (V-trace corrects the lag)\n"
+    "  --max-lag V         --async: drop a rollout more than V weight versions behind (4)\n"
     "  --quiet             no log lines\n";
 
 static int bad(const char *flag, const char *v, const char *want) {
@@ -53,8 +57,8 @@ static int parse(int argc, char **argv, dt_rl_cfg *c, bool *help) {
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) return *help = true, 0;
-        if (strcmp(f, "--quiet") == 0) {
-            c->quiet = true;
+        if (strcmp(f, "--quiet") == 0 || strcmp(f, "--async") == 0) {
+            *(strcmp(f, "--quiet") == 0 ? &c->quiet : &c->async) = true;
             continue;
         }
         if (!v) return bad(f, "(nothing)", "a value");
@@ -77,6 +81,7 @@ static int parse(int argc, char **argv, dt_rl_cfg *c, bool *help) {
         else if (strcmp(f, "--eval-every") == 0) rc = num(f, v, 0, 1e9, &x), c->eval_every = (int)x;
         else if (strcmp(f, "--eval-episodes") == 0) rc = num(f, v, 1, 100000, &x), c->eval_episodes = (int)x;
         else if (strcmp(f, "--timeout") == 0) rc = num(f, v, 0.01, 1e6, &x), c->timeout = x;
+        else if (strcmp(f, "--max-lag") == 0) rc = num(f, v, 0, 1e6, &x), c->max_lag = (int)x;
         else {
             fprintf(stderr, "dtrain rl: unknown flag '%s' (see 'dtrain rl --help')\n", f);
             return 2;
