@@ -1,5 +1,5 @@
-/* The reinforcement-learning floor: CartPole against Gym's equations computed
- * independently (in Python, double precision; the values below), its ends,
+/* The reinforcement-learning floor: CartPole and Acrobot against Gym's equations
+ * computed independently (in Python, double precision; the values below), their ends,
  * truncation, auto-reset and determinism; V-trace against the paper's
  * non-recursive sum (computed in Python) and its on-policy limit; the
  * actor-critic network's and loss's gradients against central differences. */
@@ -147,7 +147,44 @@ static void policy_gradcheck(void) {
     dt_policy_destroy(p);
 }
 
+/* Acrobot against Gym's book dynamics and RK4 computed independently in Python. */
+static void acrobot(void) {
+    dt_env *e;
+    test_cond("create acrobot", dt_env_create(&e, "acrobot", 1, 5) == DT_OK);
+    test_cond("acrobot: 6 observations, 3 torques", dt_env_obs_dim(e) == 6 && dt_env_n_actions(e) == 3);
+    float obs[6], r;
+    uint8_t d, tr;
+    dt_env_reset(e, obs);
+    const double s0[4] = {0.05, -0.03, 0.02, 0.01};
+    dt_env_set_state(e, 0, s0);
+    const int acts[10] = {2, 2, 0, 1, 2, 0, 0, 2, 1, 2};
+    bool ok = true;
+    for (int k = 0; k < 10; k++) ok &= dt_env_step(e, &acts[k], obs, &r, &d, &tr) == DT_OK && !d && r == -1.0f;
+    double s[4];
+    dt_env_get_state(e, 0, s);
+    const double want[4] = {0.06554998153619086, -0.2294337521769223, -0.303368940116871, 0.5669854696465895};
+    for (int k = 0; k < 4; k++) ok &= near(s[k], want[k], 1e-12);
+    ok &= obs[0] == (float)cos(want[0]) && obs[3] == (float)sin(want[1]) && obs[5] == (float)want[3];
+    test_cond("acrobot: 10 RK4 steps match the equations (1e-12), observed as cos, sin and speeds", ok);
+    /* pumping energy (torque along the second link's swing) reaches the goal at step 73 */
+    const double rest[4] = {0, 0, 0, 0};
+    dt_env_set_state(e, 0, rest);
+    double ret = 0;
+    int n = 0;
+    do {
+        double cur[4];
+        dt_env_get_state(e, 0, cur);
+        int a = cur[3] > 0 ? 2 : 0;
+        dt_env_step(e, &a, obs, &r, &d, &tr);
+        ret += r;
+        n++;
+    } while (!d && n < 600);
+    test_cond("acrobot: the swing-up ends at step 73 (return -72), not truncated", n == 73 && d && !tr && ret == -72.0);
+    dt_env_destroy(e);
+}
+
 int main(void) {
+    acrobot();
     policy_gradcheck();
     cartpole_equations();
     cartpole_truncation();

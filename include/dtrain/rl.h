@@ -21,7 +21,9 @@ typedef struct dt_env dt_env;
 
 /* name: "cartpole" (Gym's CartPole-v1: its constants, Euler steps of 0.02 s,
  * reward 1 per step, the episode ends when |x| > 2.4 or |theta| > 12 degrees,
- * and is truncated at 500 steps). */
+ * and is truncated at 500 steps) or "acrobot" (Gym's Acrobot-v1: book
+ * dynamics, RK4 steps of 0.2 s, reward -1 per step until the tip swings above
+ * the bar, truncated at 500 steps). */
 dt_status dt_env_create(dt_env **out, const char *name, int n, uint64_t seed);
 void dt_env_destroy(dt_env *e); /* NULL ok */
 int dt_env_n(const dt_env *e);
@@ -35,8 +37,9 @@ void dt_env_reset(dt_env *e, float *obs);
  * limit (not a terminal state: a learner bootstraps there). Returns
  * DT_ERR_INVALID for an action out of range (nothing stepped). */
 dt_status dt_env_step(dt_env *e, const int *actions, float *obs, float *reward, uint8_t *done, uint8_t *truncated);
-/* For tests: the state of copy i (cartpole: x, x_dot, theta, theta_dot, in
- * double), read or set, and its steps so far in the episode. */
+/* For tests: the state of copy i (cartpole: x, x_dot, theta, theta_dot;
+ * acrobot: theta1, theta2 and their speeds; in double), read or set, and its
+ * steps so far in the episode. */
 void dt_env_get_state(const dt_env *e, int i, double *s);
 void dt_env_set_state(dt_env *e, int i, const double *s);
 int dt_env_episode_steps(const dt_env *e, int i);

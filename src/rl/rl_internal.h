@@ -9,6 +9,16 @@
 #include "dtrain/optim.h"
 #include "dtrain/rl.h"
 
+/* An environment's dynamics (cartpole.c, acrobot.c); env.c steps n copies. */
+typedef struct rl_env_kind {
+    const char *name;
+    int state_dim, obs_dim, n_actions, limit; /* limit: steps before truncation */
+    void (*start)(double *s, dt_rng *r);       /* a start state */
+    bool (*step)(double *s, int action, float *reward); /* true: terminal */
+    void (*observe)(const double *s, float *obs);
+} rl_env_kind;
+extern const rl_env_kind rl_cartpole, rl_acrobot;
+
 /* T steps of E copies: obs (T+1) x E x D (the last row the bootstrap), the
  * rest T x E; the returns of the episodes that ended during it. */
 typedef struct rl_traj {

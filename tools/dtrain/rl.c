@@ -11,11 +11,11 @@
 #include <unistd.h>
 
 static const char *rl_help =
-    "usage: dtrain rl --env cartpole [-n N] [--out DIR] [flags]\n"
+    "usage: dtrain rl --env cartpole|acrobot [-n N] [--out DIR] [flags]\n"
     "Actor-learner reinforcement learning (V-trace targets, IMPALA's loss): rank 0 learns,\n"
     "ranks 1..N-1 act; alone, one process does both. Synchronous (A2C, bitwise repeatable)\n"
     "unless --async.\n"
-    "  --env NAME          cartpole\n"
+    "  --env NAME          cartpole | acrobot\n"
     "  --envs E            environment copies per actor (16)\n"
     "  --unroll T          steps per rollout (16)\n"
     "  --hidden H          width of the policy-value network (64)\n"
