@@ -20,9 +20,8 @@ trap '[ -e "$DTRAIN_CLUSTER_DIR" ] && "$cl" down; rm -rf "$tmp"' EXIT
 grep -m1 'model name' /proc/cpuinfo | sed 's/.*: /# CPU: /'
 echo "# flags: $(grep -m1 '^flags' /proc/cpuinfo | grep -o 'avx512[a-z_]*\|avx2\|fma\|bmi2' | sort -u | tr '\n' ' ')"
 
-# table FILE: "bytes a_us b_us memcpy" rows of one round -> appended ratios
-# ratios ROUNDFILES... COL: median [min-max] of column COL per size
-summary() { # $1 = file of "bytes ratio" lines over all rounds
+# summary FILE: "bytes ratio" lines of every round -> "bytes median min max" per size
+summary() {
   sort -n -k1,1 -k2,2g "$1" | awk '{ r[$1] = r[$1] " " $2 } END { for (b in r) { n = split(r[b], v, " ");
       printf "%d %s %s %s\n", b, v[int((n + 1) / 2)], v[1], v[n] } }' | sort -n
 }

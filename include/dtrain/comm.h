@@ -102,6 +102,9 @@ void dt_comm_topology_desc(dt_comm *c, char *buf, size_t n);
  * (shared memory) and across hosts (a host's link), and gamma (s per byte
  * summed). `dtrain bench allreduce --fit` measures them; the planner predicts
  * with them. */
+/* Bytes per slot of a host's shared segment: the shared-memory algorithms work
+ * in rounds of this (topo.c makes the segments, cost.c and the fit count the rounds). */
+#define DT_SHM_ROUND_BYTES ((size_t)1 << 20)
 typedef struct dt_link_cost {
     double alpha, beta;
 } dt_link_cost;
@@ -131,6 +134,8 @@ uint64_t dt_comm_bytes_sent(const dt_comm *c);
  * and a moment more before they end the job: the reporter's grace period ends
  * at most `grace` after theirs. */
 bool dt_comm_diagnose(dt_comm *c, double grace, char *buf, size_t n);
+/* The grace a job gives dt_comm_diagnose: its deadline, at most this. */
+#define DT_DIAGNOSE_GRACE_MAX 5.0
 
 /* ---- point-to-point ------------------------------------------------------------ */
 typedef struct dt_req {

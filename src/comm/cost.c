@@ -8,9 +8,10 @@
  *   ring  2(p-1).alpha + 2n(p-1)/p.beta + n(p-1)/p.gamma
  *   flat algorithms across hosts run at the cross level (their slowest hop);
  *   one host: at the local level;
- *   shm   2 sync points per round of DT_COST_AREA bytes at the local alpha,
+ *   shm   2 sync points per round of DT_SHM_ROUND_BYTES at the local alpha,
  *         + 2n(L-1)/L.beta_local + n(L-1)/L.gamma
- *   hier  local reduce-scatter and all-gather (as shm, in rounds of the area)
+ *   hier  a local reduce-scatter and all-gather (2 sync points per round each,
+ *         the same bytes and sums as shm)
  *         + an all-reduce of n/L bytes among H ranks whose L transfers share
  *         each host's link (cross beta x L), by what AUTO picks for it.
  * native is modelled as ring (MPI's choice is not known here). */
@@ -18,7 +19,6 @@
 
 #include <math.h>
 
-#define DT_COST_AREA ((double)(1 << 20)) /* bytes per shared-memory round (topo.c's area) */
 
 static int ceil_lg(int p) {
     int k = 0;
@@ -44,11 +44,12 @@ static dt_algo flat_auto(int p, double n) {
     return DT_ALGO_RING;
 }
 
-/* Local reduce-scatter + all-gather (or the fused all-reduce) through the segment. */
-static double local_part(const dt_cost_model *m, int L, double n) {
+/* Through the segment: the fused all-reduce (syncs = 2 per round) or a
+ * reduce-scatter then an all-gather (4). */
+static double local_part(const dt_cost_model *m, int L, double n, int syncs) {
     if (L <= 1) return 0;
-    double f = (double)(L - 1) / L, rounds = ceil(n / DT_COST_AREA);
-    return 2 * 2 * rounds * m->local.alpha + 2 * n * f * m->local.beta + n * f * m->gamma;
+    double f = (double)(L - 1) / L, rounds = ceil(n / (double)DT_SHM_ROUND_BYTES);
+    return syncs * rounds * m->local.alpha + 2 * n * f * m->local.beta + n * f * m->gamma;
 }
 
 double dt_allreduce_predict(const dt_cost_model *m, dt_algo a, int hosts, int per_host, size_t bytes) {
@@ -59,7 +60,7 @@ double dt_allreduce_predict(const dt_cost_model *m, dt_algo a, int hosts, int pe
     switch (a) {
     case DT_ALGO_SHM:
     case DT_ALGO_HIER: {
-        double t = local_part(m, L, n), chunk = n / L;
+        double t = local_part(m, L, n, a == DT_ALGO_SHM ? 2 : 4), chunk = n / L;
         dt_link_cost shared = {m->cross.alpha, m->cross.beta * L};
         return t + (H > 1 ? flat(flat_auto(H, chunk), H, chunk, shared, m->gamma) : 0);
     }

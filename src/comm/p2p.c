@@ -139,35 +139,31 @@ static dt_status check_peer(const dt_comm *c, int peer, const char *what) {
     return DT_OK;
 }
 
-dt_status dt_isend(dt_comm *c, const void *buf, size_t bytes, int peer, int tag, dt_req *r) {
-    dt_status st = dt_comm_usable(c, "dt_isend");
-    if (!st) st = check_peer(c, peer, "dt_isend");
+/* Posts a send (buf read) or a receive (buf written) of bytes with peer. */
+static dt_status post(dt_comm *c, void *buf, size_t bytes, int peer, int tag, dt_req *r, bool send) {
+    const char *what = send ? "dt_isend" : "dt_irecv";
+    dt_status st = dt_comm_usable(c, what);
+    if (!st) st = check_peer(c, peer, what);
     if (st) return st;
-    if (!c->is_mpi) return self_isend(c, buf, bytes, tag, r);
-    int n;
-    MPI_Datatype t;
-    bool owned;
+    if (!c->is_mpi) return send ? self_isend(c, buf, bytes, tag, r) : self_irecv(c, buf, bytes, tag, r);
+    int n = 0;
+    MPI_Datatype t = MPI_BYTE;
+    bool owned = false;
     if ((st = bytes_type(c, bytes, &n, &t, &owned))) return st;
-    *r = (dt_req){.impl = NULL, .peer = peer, .is_send = true, .done = false};
-    st = dt_mpi_check(c, MPI_Isend(buf, n, t, peer, tag, c->mc, req_mpi(r)), "MPI_Isend");
+    *r = (dt_req){.impl = NULL, .peer = peer, .is_send = send, .done = false};
+    st = send ? dt_mpi_check(c, MPI_Isend(buf, n, t, peer, tag, c->mc, req_mpi(r)), "MPI_Isend")
+              : dt_mpi_check(c, MPI_Irecv(buf, n, t, peer, tag, c->mc, req_mpi(r)), "MPI_Irecv");
     if (owned) MPI_Type_free(&t);
-    if (!st) c->bytes_sent += bytes;
+    if (!st && send) c->bytes_sent += bytes;
     return st;
 }
 
+dt_status dt_isend(dt_comm *c, const void *buf, size_t bytes, int peer, int tag, dt_req *r) {
+    return post(c, (void *)buf, bytes, peer, tag, r, true);
+}
+
 dt_status dt_irecv(dt_comm *c, void *buf, size_t bytes, int peer, int tag, dt_req *r) {
-    dt_status st = dt_comm_usable(c, "dt_irecv");
-    if (!st) st = check_peer(c, peer, "dt_irecv");
-    if (st) return st;
-    if (!c->is_mpi) return self_irecv(c, buf, bytes, tag, r);
-    int n;
-    MPI_Datatype t;
-    bool owned;
-    if ((st = bytes_type(c, bytes, &n, &t, &owned))) return st;
-    *r = (dt_req){.impl = NULL, .peer = peer, .is_send = false, .done = false};
-    st = dt_mpi_check(c, MPI_Irecv(buf, n, t, peer, tag, c->mc, req_mpi(r)), "MPI_Irecv");
-    if (owned) MPI_Type_free(&t);
-    return st;
+    return post(c, buf, bytes, peer, tag, r, false);
 }
 
 /* Writes "rank A was waiting for rank B (recv), rank C (send)" for the requests

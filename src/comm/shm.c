@@ -7,7 +7,7 @@
  * a name in /dev/shm, so a job killed at any moment leaves nothing behind, and
  * the memory goes with the last process that maps it. Layout: a header (the
  * arrival counter, the number of sleepers, then one arrival line per rank,
- * each on its own cache line), then L + 1 areas of DT_SHM_AREA bytes: one slot
+ * each on its own cache line), then L + 1 areas of DT_SHM_ROUND_BYTES: one slot
  * per local rank and one result area.
  *
  * Sync point k (every local rank passes the same sequence of them): a rank

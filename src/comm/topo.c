@@ -14,9 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Bytes per slot of the shared segment (L + 1 of them per host): a round's
- * work fits in the caches, and the segment stays small (9 MiB at 8 ranks). */
-#define DT_SHM_AREA ((size_t)1 << 20)
+/* Slots of DT_SHM_ROUND_BYTES (L + 1 of them per host): a round's work fits in
+ * the caches, and the segment stays small (9 MiB at 8 ranks). */
 
 void dt_topo_free(dt_topo *t) {
     if (!t) return;
@@ -76,7 +75,7 @@ static dt_status make_shm(dt_comm *c, dt_topo *t) {
         none = 1;
     } else if (t->lsize > 1) {
         dt_comm_set_timeout(t->local, c->timeout);
-        st = dt_shm_create(t->local, DT_SHM_AREA, &t->shm, t->no_shm, sizeof t->no_shm);
+        st = dt_shm_create(t->local, DT_SHM_ROUND_BYTES, &t->shm, t->no_shm, sizeof t->no_shm);
         if (st) return st;
         none = t->shm ? 0 : 1;
     }

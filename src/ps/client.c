@@ -200,9 +200,10 @@ dt_status dt_ps_finish(dt_ps_client *c) {
         st = dt_irecv(c->c, bye + (size_t)s * (size_t)W, (size_t)W * sizeof(int64_t), W + s, TAG_BYE, &r[s]);
     /* The farewell waits for a lost worker to be dropped (liveness after its
      * last message) and, when that ends the run (worker 0), for the server's
-     * report (its grace, at most 5 s, and 2 s more): this worker's own timeout
-     * must not race the server's better report. */
-    double bye_deadline = c->deadline > 0 && c->deadline > dt_comm_timeout(c->c) ? c->deadline + 7.0 : c->deadline;
+     * report (its grace and the 2 s after it, src/train/end.c): this worker's
+     * own timeout must not race the server's better report. */
+    double bye_deadline = c->deadline > 0 && c->deadline > dt_comm_timeout(c->c) ? c->deadline + DT_DIAGNOSE_GRACE_MAX + 2.0
+                                                                               : c->deadline;
     if (!st) st = dt_waitall_for(c->c, r, S, bye_deadline, "parameter server farewell (waiting for the other workers to finish)");
     for (int s = 0; s < S && !st; s++)
         for (int w = 0; w < W; w++) {

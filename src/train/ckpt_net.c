@@ -241,14 +241,17 @@ static dt_status dir_shared(dt_comm *world, const char *dir, bool *shared) {
 static dt_status net_layout(struct tr_net *t, tr_run *r, bool writer) {
     int n = r->n, nh = t->nhosts;
     double *w = dt_calloc((size_t)n, sizeof(double));
-    if (!w || !(t->host = dt_calloc((size_t)n, sizeof(int))) || !(t->crank = dt_calloc((size_t)n, sizeof(int))) ||
-        !(t->lead = dt_calloc((size_t)nh, sizeof(int))) || !(t->wlead = dt_calloc((size_t)nh, sizeof(int))) ||
-        !(t->ring = dt_calloc((size_t)nh, sizeof(int))) || !(t->pos = dt_calloc((size_t)nh, sizeof(int)))) {
+    if (!w) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    bool ok = (t->host = dt_calloc((size_t)n, sizeof(int))) && (t->crank = dt_calloc((size_t)n, sizeof(int))) &&
+              (t->lead = dt_calloc((size_t)nh, sizeof(int))) && (t->wlead = dt_calloc((size_t)nh, sizeof(int))) &&
+              (t->ring = dt_calloc((size_t)nh, sizeof(int))) && (t->pos = dt_calloc((size_t)nh, sizeof(int)));
+    w[r->rank] = writer ? 1.0 : 0.0;
+    /* every rank takes part, so none waits for one that ran out of memory */
+    dt_status st = dt_allreduce_f64(r->world, w, (size_t)n);
+    if (!ok) {
         dt_free(w);
         return dt_errorf(DT_ERR_NOMEM, "out of memory");
     }
-    w[r->rank] = writer ? 1.0 : 0.0;
-    dt_status st = dt_allreduce_f64(r->world, w, (size_t)n);
     for (int h = 0; h < nh; h++) t->lead[h] = t->wlead[h] = t->pos[h] = -1;
     for (int q = 0, k = 0; q < n; q++) {
         int h = t->host[q] = dt_comm_host_index(r->world, q);

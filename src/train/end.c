@@ -15,7 +15,7 @@ static void fail(dt_comm *world, dt_status st, double timeout, dt_train_end *out
         /* Find out who is late; the first rank that timed out reports. */
         char what[1024], report[600];
         snprintf(what, sizeof what, "%s", dt_error_msg());
-        double grace = timeout < 5 ? timeout : 5;
+        double grace = timeout < DT_DIAGNOSE_GRACE_MAX ? timeout : DT_DIAGNOSE_GRACE_MAX;
         if (dt_comm_diagnose(world, grace, report, sizeof report)) {
             out->report = true;
             snprintf(out->msg, sizeof out->msg, "%s; %s", what, report);

@@ -85,7 +85,7 @@ static dt_status fit_level(dt_comm *s, dt_algo a, bool shm, double gamma, float 
         size_t bytes = (size_t)4096 << (2 * k), count = bytes / sizeof(float);
         double t = 0, n = (double)bytes;
         st = time_one(s, a, buf, count, &t);
-        x1[k] = shm ? 2.0 * ceil(n / (1 << 20)) : 2.0 * (q - 1);
+        x1[k] = shm ? 2.0 * ceil(n / (double)DT_SHM_ROUND_BYTES) : 2.0 * (q - 1);
         x2[k] = 2.0 * n * f;
         y[k] = t - n * f * gamma;
         if (y[k] < t * 0.05) y[k] = t * 0.05;
