@@ -88,6 +88,8 @@ dt_status dt_ckpt_save_async(dt_ckpt_writer *w, const dt_model *m, const dt_opti
 dt_status dt_ckpt_flush(dt_ckpt_writer *w);
 /* Seconds the step loop spent taking snapshots (and waiting on back-pressure). */
 double dt_ckpt_blocking_seconds(const dt_ckpt_writer *w);
+/* Seconds the background thread took to persist the last checkpoint (0: none yet). */
+double dt_ckpt_persist_seconds(const dt_ckpt_writer *w);
 
 /* When the ranks do not share the checkpoint directory (each host writes to its
  * own local disk), the writers meet through this hook instead of the file
@@ -117,6 +119,8 @@ dt_status dt_ckpt_verify(const char *path, dt_ckpt_state *state);
 /* Newest valid checkpoint under dir into path (capacity n). Invalid ones are
  * reported with one warning line each and skipped. DT_ERR_IO when none. */
 dt_status dt_ckpt_find_latest(const char *dir, char *path, size_t n);
+/* The same among the checkpoints of steps <= max_step. */
+dt_status dt_ckpt_find_latest_upto(const char *dir, int64_t max_step, char *path, size_t n);
 /* Loads parameters into m->w and the full logical optimizer state into M and V
  * (arena-indexed, m->n floats each; either may be NULL when not wanted). Shapes
  * must match m. */

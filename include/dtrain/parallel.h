@@ -86,6 +86,15 @@ dt_status dt_dp_end_backward(dt_dp *dp);
  * all-gather (ZeRO-1/2), gradient zeroing. *gnorm gets the global gradient norm
  * before clipping (computed only when clipping or when gnorm is not NULL). */
 dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm);
+/* Waits for every bucket's collective of the step (dt_dp_step would wait
+ * itself; this lets the caller use the communicators first). */
+dt_status dt_dp_wait(dt_dp *dp);
+/* After dt_dp_wait: whether this rank's share of the reduced gradient is finite. */
+bool dt_dp_grad_finite(const dt_dp *dp);
+/* Drops the step's gradient instead of dt_dp_step: no update, no optimizer
+ * step counted, parameters unchanged (so still equal on every rank), the
+ * gradient zeroed for the next backward. Every rank of the group calls it. */
+dt_status dt_dp_discard(dt_dp *dp);
 
 void dt_dp_memory(const dt_dp *dp, dt_dp_mem *mem);
 /* Statistics since the last call (then reset). */

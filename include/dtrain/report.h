@@ -90,7 +90,8 @@ typedef struct dt_ps_summary {
     int n_lost;
 } dt_ps_summary;
 
-/* on_end: the run finished (not called when it failed). */
+/* on_end: the run finished, or stopped on request (res->stopped_at >= 0);
+ * not called when it failed. */
 typedef struct dt_end_info {
     const struct dt_train_result *res;
     const struct dt_model *model;  /* the logical (unsharded) model with the final weights */
@@ -101,12 +102,25 @@ typedef struct dt_end_info {
     const dt_ps_summary *ps;       /* NULL unless parameter server */
 } dt_end_info;
 
+/* on_event: something the run did besides stepping: "stop" (on a signal or
+ * the deadline, checkpoint written), "skip" (a spike's update dropped),
+ * "rewind" (back to the checkpoint of to_step, `batches` batches skipped). */
+typedef struct dt_event_info {
+    const char *kind;        /* "stop", "skip", "rewind" */
+    int64_t step;            /* the step it happened at */
+    int64_t to_step;         /* rewind: the checkpoint's step */
+    int64_t batches;         /* rewind: batches skipped from `step` on */
+    float loss;              /* skip, rewind: the spike's loss */
+    const char *why;         /* one line: the signal, the deadline, the spike */
+} dt_event_info;
+
 typedef struct dt_reporter {
     void *ctx;
     dt_status (*on_start)(void *ctx, const dt_run_info *info);
     dt_status (*on_step)(void *ctx, const dt_step_info *s);
     dt_status (*on_eval)(void *ctx, const dt_eval_info *e);
     dt_status (*on_end)(void *ctx, const dt_end_info *e);
+    dt_status (*on_event)(void *ctx, const dt_event_info *e);
 } dt_reporter;
 
 #define DT_MAX_REPORTERS 8

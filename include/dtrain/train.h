@@ -19,18 +19,51 @@ extern "C" {
 #endif
 
 /* --inject crash:rank=R:step=S | hang:rank=R:step=S | slow:rank=R:factor=F |
- *          byzantine:rank=R:mode=signflip|random|scale:X|alie[:Z] */
+ *          byzantine:rank=R:mode=signflip|random|scale:X|alie[:Z] | spike:step=S[:scale=X]
+ * (spike: the S-th global batch drawn, skipped ones counted, has its loss scaled
+ * by X on every rank: a bad batch, which a rewind skips past) */
 typedef enum { DT_STEP_BEGIN, DT_STEP_COMPUTE } dt_step_point;
-typedef enum { DT_INJECT_CRASH, DT_INJECT_HANG, DT_INJECT_SLOW, DT_INJECT_BYZANTINE } dt_inject_kind;
+typedef enum { DT_INJECT_CRASH, DT_INJECT_HANG, DT_INJECT_SLOW, DT_INJECT_BYZANTINE, DT_INJECT_SPIKE } dt_inject_kind;
 typedef struct dt_inject {
     dt_inject_kind kind;
     int rank;
-    int64_t step;            /* 1-based step at which crash/hang happens */
-    float factor;            /* slow: compute takes factor times as long; byzantine scale: X; alie: Z (NaN: the paper's) */
+    int64_t step;            /* 1-based step at which crash/hang happens; spike: the global batch */
+    float factor;            /* slow: compute takes factor times as long; byzantine scale: X; alie: Z (NaN: the
+                              * paper's); spike: the scale of that batch's loss (and so of its gradient) */
     dt_byz_mode mode;        /* byzantine: what the rank sends instead of its gradient */
 } dt_inject;
 
 dt_status dt_inject_parse(const char *spec, dt_inject *out);
+
+/* --on-divergence stop|skip|rewind[:K[:SKIP]]: what a loss spike does. A spike
+ * is an inf/NaN loss (or, under skip, gradient) or a finite loss above the mean
+ * of the last `window` losses by more than z of their standard deviations. */
+typedef enum { DT_DIVERGE_STOP, DT_DIVERGE_SKIP, DT_DIVERGE_REWIND } dt_diverge_mode;
+typedef struct dt_diverge_cfg {
+    dt_diverge_mode mode;    /* [stop]: an inf/NaN loss ends the run with one line */
+    int64_t back;            /* rewind: to the newest checkpoint at least K steps before the spike [100] */
+    int64_t skip;            /* rewind: batches skipped from the spike's on [200] */
+    float z;                 /* spike threshold; 0: 6 under skip and rewind, finite spikes ignored under stop [0] */
+    int window;              /* losses the running mean and deviation are taken over [50] */
+    int max_rewinds;         /* skips plus rewinds allowed before the run gives up [10] */
+} dt_diverge_cfg;
+/* --skip-batches S:N[,S:N...]: just before step S draws its batch, the
+ * sampler passes over N global batches (what a rewind does). */
+typedef struct dt_skip_range {
+    int64_t step, count;
+} dt_skip_range;
+#define DT_MAX_SKIPS 16
+dt_status dt_diverge_parse(const char *spec, dt_diverge_cfg *out);
+
+/* Stopping on request. A program's signal handler calls dt_train_request_stop
+ * (async-signal-safe: it stores one atomic int); every running dt_train_run of
+ * the process then stops at the next step boundary that every rank agrees on
+ * (the request rides on the step's loss all-reduce), writes a checkpoint and
+ * returns DT_OK with res->stopped_at set. signo names the cause in messages
+ * (0: "a request"); the first request's signal is kept. */
+void dt_train_request_stop(int signo);
+int dt_train_stop_signal(void);   /* the pending request's signal, -1 when none */
+void dt_train_stop_reset(void);   /* forgets a request (embedders running several runs) */
 
 typedef struct dt_train_cfg {
     dt_model_cfg model;
@@ -65,6 +98,13 @@ typedef struct dt_train_cfg {
     int ckpt_replicas;       /* each host's checkpoint files also kept on this many other hosts,
                                 when ckpt_dir is local to each host [0] */
     const char *resume;      /* NULL, "auto" (newest valid in ckpt_dir) or a checkpoint path */
+    bool ckpt_stop_only;     /* ckpt_dir is only where a stop writes (no periodic or final checkpoints) */
+    /* stopping well */
+    double deadline;         /* dt_now() time by which the run must have checkpointed and returned; the run
+                              * stops early enough by its measured step and checkpoint times (0: none) */
+    dt_diverge_cfg diverge;  /* --on-divergence, --spike-z, --spike-window, --max-rewinds */
+    int n_skips;
+    dt_skip_range skips[DT_MAX_SKIPS]; /* --skip-batches */
     const char *config_json; /* the flags as JSON, stored in checkpoints (may be NULL) */
     /* pipeline and tensor parallelism: the world is pp x dp x tp (tp fastest) */
     int tp;                  /* tensor-parallel group size [1] */
@@ -115,6 +155,11 @@ typedef struct dt_train_result {
     int lost_workers;
     char lost_desc[160];     /* "rank 2 at clock 19, ..." */
     dt_gc_stats comp;        /* gradient compression, whole run, this rank */
+    /* Stopped on request or by the deadline (steps < the run's total): */
+    int64_t stopped_at;      /* the step after which every rank stopped; -1: ran to its end */
+    int stop_signal;         /* the request's signal (0: none named; -1: the deadline) */
+    char stop_ckpt[4096];    /* the checkpoint written at the stop ("" when there was nowhere to write) */
+    int rewinds, skipped_steps; /* --on-divergence rewind / skip: how often each happened */
 } dt_train_result;
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);

@@ -33,6 +33,7 @@ struct dt_ckpt_writer {
     dt_status last;
     char last_msg[1024];
     double blocking_s;
+    double persist_s;         /* the last persist's duration (under mu) */
     dt_ckpt_net net;          /* net.exchange NULL: a shared directory */
 
     /* the snapshot */

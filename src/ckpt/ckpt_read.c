@@ -42,10 +42,17 @@ static dt_status list_steps(const char *dir, int64_t **steps, size_t *ns) {
 }
 
 dt_status dt_ckpt_find_latest(const char *dir, char *path, size_t n) {
+    return dt_ckpt_find_latest_upto(dir, INT64_MAX, path, n);
+}
+
+dt_status dt_ckpt_find_latest_upto(const char *dir, int64_t max_step, char *path, size_t n) {
     int64_t *steps;
     size_t ns;
     dt_status st = list_steps(dir, &steps, &ns);
     if (st) return st;
+    for (size_t i = 0; i < ns;) /* later ones are not candidates */
+        if (steps[i] > max_step) steps[i] = steps[--ns];
+        else i++;
     st = dt_errorf(DT_ERR_IO, "no valid checkpoint in %s", dir);
     while (ns > 0) {
         size_t best = 0;

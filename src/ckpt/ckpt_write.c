@@ -32,8 +32,10 @@ static void *writer_thread(void *arg) {
         while (!w->quit && !w->pending) pthread_cond_wait(&w->cv, &w->mu);
         if (!w->pending && w->quit) break;
         pthread_mutex_unlock(&w->mu);
+        double t0 = dt_now();
         dt_status st = dt_ckpt_persist(w);
         pthread_mutex_lock(&w->mu);
+        w->persist_s = dt_now() - t0;
         w->last = st;
         if (st) snprintf(w->last_msg, sizeof w->last_msg, "%s", dt_error_msg());
         w->pending = false;
@@ -111,6 +113,14 @@ static dt_status wait_idle(dt_ckpt_writer *w) {
 dt_status dt_ckpt_flush(dt_ckpt_writer *w) { return w ? wait_idle(w) : DT_OK; }
 
 double dt_ckpt_blocking_seconds(const dt_ckpt_writer *w) { return w ? w->blocking_s : 0; }
+
+double dt_ckpt_persist_seconds(const dt_ckpt_writer *w) {
+    if (!w) return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&w->mu);
+    double s = w->persist_s;
+    pthread_mutex_unlock((pthread_mutex_t *)&w->mu);
+    return s;
+}
 
 void dt_ckpt_writer_set_net(dt_ckpt_writer *w, const dt_ckpt_net *net) {
     if (net) w->net = *net;

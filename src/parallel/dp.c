@@ -504,6 +504,30 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
     return DT_OK;
 }
 
+dt_status dt_dp_wait(dt_dp *dp) {
+    if (!dp->deferred) return DT_OK;
+    dp->deferred = false;
+    return wait_upto(dp, dp->nb - 1);
+}
+
+bool dt_dp_grad_finite(const dt_dp *dp) {
+    const dt_model *m = dp->m;
+    double ss = 0;
+    for (int k = 0; k < dp->nb; k++) {
+        const bucket *b = &dp->b[k];
+        ss += dt_sumsq(dp->cfg.zero == 2 ? dp->gshard + b->state_off : m->g + b->own_off, b->own_len);
+    }
+    return isfinite(ss);
+}
+
+dt_status dt_dp_discard(dt_dp *dp) {
+    dt_status st = dt_dp_wait(dp);
+    if (st) return st;
+    if (dp->cfg.zero == 2) memset(dp->gshard, 0, dp->shard * sizeof(float));
+    else memset(dp->m->g, 0, dp->m->n * sizeof(float));
+    return DT_OK;
+}
+
 void dt_dp_memory(const dt_dp *dp, dt_dp_mem *mem) {
     size_t P = dp->m->n;
     mem->param_bytes = P * sizeof(float);

@@ -25,6 +25,7 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->accum = 1;
     c->timeout = 60.0;
     c->ckpt_keep = 3;
+    c->diverge = (dt_diverge_cfg){.mode = DT_DIVERGE_STOP, .back = 100, .skip = 200, .window = 50, .max_rewinds = 10};
     c->pp = 1;
     c->tp = 1;
     c->ps.servers = 1;
@@ -70,6 +71,25 @@ bool dt_train_worker_momentum(const dt_train_cfg *c) {
     if (c->worker_momentum >= 0) return c->worker_momentum == 1 && sgd_momentum && c->agg.kind != DT_AGG_NONE;
     return sgd_momentum && (c->agg.kind == DT_AGG_MEDIAN || c->agg.kind == DT_AGG_TRIMMED || c->agg.kind == DT_AGG_KRUM ||
                             c->agg.kind == DT_AGG_CCLIP);
+}
+
+/* --on-divergence, --skip-batches, --inject spike, the deadline. */
+static dt_status check_stopping(const dt_train_cfg *c) {
+    const dt_diverge_cfg *d = &c->diverge;
+    bool sync = c->strategy == DT_STRATEGY_SYNC || c->strategy == DT_STRATEGY_LOCALSGD, spike = false;
+    for (int i = 0; i < c->n_inject; i++) spike |= c->inject[i].kind == DT_INJECT_SPIKE;
+    if (!sync && (d->mode != DT_DIVERGE_STOP || c->n_skips || spike || d->z > 0))
+        return dt_errorf(DT_ERR_INVALID, "--on-divergence skip|rewind, --spike-z, --skip-batches and --inject spike are for the "
+                         "synchronous strategies (sync, localsgd:H), not --strategy %s",
+                         c->strategy == DT_STRATEGY_PS ? "ps" : "hogwild");
+    if (d->mode == DT_DIVERGE_REWIND && (!c->ckpt_dir || c->ckpt_stop_only || c->ckpt_every < 1))
+        return dt_errorf(DT_ERR_INVALID, "--on-divergence rewind goes back to a checkpoint: it needs --ckpt-dir DIR and "
+                         "--ckpt-every N");
+    if (d->window < 2 || d->window > 100000) return dt_errorf(DT_ERR_INVALID, "--spike-window must be in [2, 100000]");
+    if (!(d->z >= 0) || !isfinite(d->z)) return dt_errorf(DT_ERR_INVALID, "--spike-z must be >= 0 (0: the default)");
+    if (d->max_rewinds < 0) return dt_errorf(DT_ERR_INVALID, "--max-rewinds must be >= 0");
+    if (c->deadline < 0 || !isfinite(c->deadline)) return dt_errorf(DT_ERR_INVALID, "the deadline must be a time on dt_now()'s clock");
+    return DT_OK;
 }
 
 dt_status dt_train_cfg_check(const dt_train_cfg *c) {
@@ -155,8 +175,8 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
             return dt_errorf(DT_ERR_INVALID, "--compress powersgd needs an all-reduce between workers; with the parameter server use fp16, bf16, int8, topk:RATIO or sign");
     }
     if (c->dp.comp.warmup < 0) return dt_errorf(DT_ERR_INVALID, "--compress-warmup must be >= 0");
-    if ((c->ckpt_every > 0 || (c->resume && strcmp(c->resume, "auto") == 0)) && !c->ckpt_dir)
+    if ((c->ckpt_every > 0 && (!c->ckpt_dir || c->ckpt_stop_only)) || (c->resume && strcmp(c->resume, "auto") == 0 && !c->ckpt_dir))
         return dt_errorf(DT_ERR_INVALID, "--ckpt-every and --resume auto need --ckpt-dir DIR");
-    return DT_OK;
+    return check_stopping(c);
 }
 

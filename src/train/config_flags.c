@@ -23,8 +23,13 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
     else if (kl == 4 && strncmp(spec, "hang", 4) == 0) out->kind = DT_INJECT_HANG;
     else if (kl == 4 && strncmp(spec, "slow", 4) == 0) out->kind = DT_INJECT_SLOW;
     else if (kl == 9 && strncmp(spec, "byzantine", 9) == 0) out->kind = DT_INJECT_BYZANTINE;
+    else if (kl == 5 && strncmp(spec, "spike", 5) == 0) out->kind = DT_INJECT_SPIKE;
     else
-        return dt_errorf(DT_ERR_INVALID, "--inject '%s': kind must be crash, hang, slow or byzantine", spec);
+        return dt_errorf(DT_ERR_INVALID, "--inject '%s': kind must be crash, hang, slow, byzantine or spike", spec);
+    if (out->kind == DT_INJECT_SPIKE) {
+        out->rank = 0; /* every rank scales its share of the batch */
+        out->factor = 1000.0f;
+    }
     bool have_mode = false, have_factor = false, have_step = false;
     while (p && *p == ':') {
         p++;
@@ -41,6 +46,12 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
             if (errno || end == eq + 1 || v < 1) return dt_errorf(DT_ERR_INVALID, "--inject '%s': bad step (1-based)", spec);
             out->step = v;
             have_step = true;
+        } else if (strncmp(p, "scale=", 6) == 0 && out->kind == DT_INJECT_SPIKE) {
+            double v = strtod(eq + 1, &end);
+            if (errno || end == eq + 1 || !(v > 0 && v <= 1e30)) return dt_errorf(DT_ERR_INVALID, "--inject '%s': scale must be a positive number", spec);
+            out->factor = (float)v;
+        } else if (strncmp(p, "rank=", 5) == 0 && out->kind == DT_INJECT_SPIKE) {
+            return dt_errorf(DT_ERR_INVALID, "--inject '%s': spike takes step and scale only (it hits the batch on every rank)", spec);
         } else if (strncmp(p, "factor=", 7) == 0) {
             have_factor = true;
             double v = strtod(eq + 1, &end);
@@ -74,14 +85,14 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
                 return dt_errorf(DT_ERR_INVALID, "--inject '%s': mode must be signflip, random, scale:X or alie[:Z]", spec);
             }
         } else {
-            return dt_errorf(DT_ERR_INVALID, "--inject '%s': unknown key (rank, step, factor, mode)", spec);
+            return dt_errorf(DT_ERR_INVALID, "--inject '%s': unknown key (rank, step, factor, mode; spike: step, scale)", spec);
         }
         p = end;
         if (*p && *p != ':') return dt_errorf(DT_ERR_INVALID, "--inject '%s': junk after a value", spec);
     }
     if (out->rank < 0) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs rank=R", spec);
     /* Every key acts: one that the kind ignores is refused, not dropped. */
-    static const char *takes[] = {"rank and step", "rank and step", "rank and factor", "rank and mode"};
+    static const char *takes[] = {"rank and step", "rank and step", "rank and factor", "rank and mode", "step and scale"};
     bool stray = out->kind == DT_INJECT_BYZANTINE ? have_step || have_factor
                  : out->kind == DT_INJECT_SLOW     ? have_step || have_mode
                                                    : have_factor || have_mode;
@@ -98,10 +109,14 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
 
 /* The --inject spelling of one injection (what dt_inject_parse reads). */
 static void inject_format(const dt_inject *in, char *buf, size_t n) {
-    static const char *kinds[] = {"crash", "hang", "slow", "byzantine"};
+    static const char *kinds[] = {"crash", "hang", "slow", "byzantine", "spike"};
     static const char *modes[] = {"signflip", "random", "scale", "alie"};
     char x[40];
     fl_format_real(in->factor, true, x, sizeof x);
+    if (in->kind == DT_INJECT_SPIKE) {
+        snprintf(buf, n, "spike:step=%lld:scale=%s", (long long)in->step, x);
+        return;
+    }
     int k = snprintf(buf, n, "%s:rank=%d", kinds[in->kind], in->rank);
     if (k < 0 || (size_t)k >= n) return;
     if (in->kind == DT_INJECT_SLOW) snprintf(buf + k, n - (size_t)k, ":factor=%s", x);
@@ -327,6 +342,49 @@ static void compress_format(const void *base, char *buf, size_t n) {
     else dt_comp_name(c, buf, n);
 }
 
+static dt_status diverge_parse(void *base, const char *flag, const char *s) {
+    (void)flag;
+    return dt_diverge_parse(s, &((dt_train_cfg *)base)->diverge);
+}
+
+static void diverge_format(const void *base, char *buf, size_t n) {
+    const dt_diverge_cfg *d = &((const dt_train_cfg *)base)->diverge;
+    if (d->mode == DT_DIVERGE_REWIND) snprintf(buf, n, "rewind:%lld:%lld", (long long)d->back, (long long)d->skip);
+    else snprintf(buf, n, "%s", d->mode == DT_DIVERGE_SKIP ? "skip" : "stop");
+}
+
+/* --skip-batches S:N[,S:N...]; a repeated flag adds ranges. */
+static dt_status skips_parse(void *base, const char *flag, const char *s) {
+    dt_train_cfg *c = base;
+    for (const char *p = s; *p;) {
+        char *end;
+        errno = 0;
+        long long at = strtoll(p, &end, 10), cnt = 0;
+        bool ok = !errno && end != p && at >= 1 && *end == ':';
+        if (ok) {
+            const char *q = end + 1;
+            cnt = strtoll(q, &end, 10);
+            ok = !errno && end != q && cnt >= 0 && cnt <= 1000000000LL && (*end == ',' || !*end);
+        }
+        if (!ok) return dt_errorf(DT_ERR_INVALID, "%s '%s': expected STEP:COUNT[,STEP:COUNT...] (STEP >= 1, COUNT >= 0)", flag, s);
+        if (c->n_skips == DT_MAX_SKIPS) return dt_errorf(DT_ERR_INVALID, "%s: at most %d ranges", flag, DT_MAX_SKIPS);
+        c->skips[c->n_skips++] = (dt_skip_range){at, cnt};
+        p = *end ? end + 1 : end;
+    }
+    return DT_OK;
+}
+
+static void skips_format(const void *base, char *buf, size_t n) {
+    const dt_train_cfg *c = base;
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < c->n_skips && k < n; i++) {
+        int w = snprintf(buf + k, n - k, "%s%lld:%lld", i ? "," : "", (long long)c->skips[i].step, (long long)c->skips[i].count);
+        if (w < 0) return;
+        k += (size_t)w;
+    }
+}
+
 static dt_status inject_parse(void *base, const char *flag, const char *s) {
     dt_train_cfg *c = base;
     if (c->n_inject == (int)(sizeof c->inject / sizeof c->inject[0]))
@@ -456,6 +514,20 @@ static const dt_flag train_flags[] = {
        "(auto: on for median, trimmed, krum and cclip)"),
     CH("balance", balance, balance_dynamic, TR, S_CONS, "static|dynamic", "dynamic: split each global batch by "
        "measured worker speed"),
+    {.name = "on-divergence", .type = DT_FLAG_CHOICE, .off = OFF(diverge), .attr = TR, .parse = diverge_parse,
+     .format = diverge_format, .section = S_FT, .arg = "stop|skip|rewind[:K[:SKIP]]",
+     .help = "a loss spike (inf/NaN, or --spike-z deviations above the recent mean): stop the run; skip drops the "
+             "step's update; rewind goes back to the newest checkpoint at least K steps before it (100) and skips SKIP "
+             "batches from there (200)", .default_text = "stop"},
+    {.name = "spike-z", .type = DT_FLAG_FLOAT, .off = OFF(diverge.z), .lo = 0, .hi = 1e6, .attr = TR, .section = S_FT,
+     .arg = "Z", .help = "a finite loss more than Z standard deviations above the mean of the last --spike-window "
+     "steps is a spike", .default_text = "6 under skip and rewind; off under stop"},
+    INT("spike-window", DT_FLAG_INT, diverge.window, 2, 100000, TR, S_FT, "W", "steps the spike test's mean is over"),
+    INT("max-rewinds", DT_FLAG_INT, diverge.max_rewinds, 0, 1000000, TR, S_FT, "N", "skips plus rewinds before the "
+        "run gives up with one line"),
+    {.name = "skip-batches", .type = DT_FLAG_CHOICE, .off = OFF(skips), .attr = TR | DT_FLAG_MULTI, .parse = skips_parse,
+     .format = skips_format, .section = S_FT, .arg = "S:N[,S:N]",
+     .help = "pass over N global batches just before step S draws its own (what a rewind does)"},
     {.name = "ckpt-dir", .type = DT_FLAG_STRING, .off = OFF(ckpt_dir), .attr = TR | DT_FLAG_NOSAVE, .section = S_FT,
      .arg = "DIR", .help = "write checkpoints under DIR"},
     {.name = "ckpt-every", .type = DT_FLAG_I64, .off = OFF(ckpt_every), .ilo = 0, .ihi = INT64_MAX / 2,

@@ -2,7 +2,7 @@
  * The first hook to fail ends the run with its status. */
 #include "run.h"
 
-enum { ON_START, ON_STEP, ON_EVAL, ON_END };
+enum { ON_START, ON_STEP, ON_EVAL, ON_END, ON_EVENT };
 
 static dt_status call_hooks(const dt_train_cfg *c, int which, const void *arg) {
     for (int i = 0; i < c->n_reporters; i++) {
@@ -12,6 +12,7 @@ static dt_status call_hooks(const dt_train_cfg *c, int which, const void *arg) {
         if (which == ON_STEP && r->on_step) st = r->on_step(r->ctx, arg);
         if (which == ON_EVAL && r->on_eval) st = r->on_eval(r->ctx, arg);
         if (which == ON_END && r->on_end) st = r->on_end(r->ctx, arg);
+        if (which == ON_EVENT && r->on_event) st = r->on_event(r->ctx, arg);
         if (st) return st;
     }
     return DT_OK;
@@ -44,3 +45,5 @@ dt_status tr_report_step(const dt_train_cfg *c, const dt_step_info *s) { return 
 dt_status tr_report_eval(const dt_train_cfg *c, const dt_eval_info *e) { return call_hooks(c, ON_EVAL, e); }
 
 dt_status tr_report_end(const dt_train_cfg *c, const dt_end_info *e) { return call_hooks(c, ON_END, e); }
+
+dt_status tr_report_event(const dt_train_cfg *c, const dt_event_info *e) { return call_hooks(c, ON_EVENT, e); }

@@ -6,7 +6,9 @@
  *          (parameter server: step, loss, lr, items_per_s, time_s, workers, servers;
  *          Hogwild!: step, loss, lr, items_per_s, threads)
  *   eval:  step, test_acc, test_loss | val_loss, time_s
- *   end:   {"pipeline":true,...}, {"memory":true,...}, {"staleness":true,...} */
+ *   end:   {"pipeline":true,...}, {"memory":true,...}, {"staleness":true,...},
+ *          {"stopped":true,"step":S} when the run stopped on request
+ *   event: event ("stop", "skip", "rewind"), step, [to_step, batches], [loss], why */
 #include "dtrain/report.h"
 #include "dtrain/train.h"
 
@@ -196,13 +198,35 @@ static dt_status on_end(void *ctx, const dt_end_info *e) {
     if (e->pipe) st = put_pipeline(j, e->pipe);
     if (!st && (e->strategy == DT_STRATEGY_SYNC || e->strategy == DT_STRATEGY_LOCALSGD)) st = put_memory(j, e);
     if (!st && e->ps) st = put_staleness(j, e->ps);
+    if (!st && e->res->stopped_at >= 0) {
+        json_t *o = json_object();
+        json_object_set_new(o, "stopped", json_true());
+        set_int(o, "step", e->res->stopped_at);
+        st = put(j, o);
+    }
     return st;
+}
+
+static dt_status on_event(void *ctx, const dt_event_info *e) {
+    dt_report_jsonl *j = ctx;
+    if (!j->f) return DT_OK;
+    json_t *o = json_object();
+    json_object_set_new(o, "event", json_string(e->kind));
+    set_int(o, "step", e->step);
+    if (strcmp(e->kind, "rewind") == 0) {
+        set_int(o, "to_step", e->to_step);
+        set_int(o, "batches", e->batches);
+    }
+    if (strcmp(e->kind, "stop") != 0) set_real(o, "loss", e->loss);
+    json_object_set_new(o, "why", json_string(e->why ? e->why : ""));
+    return put(j, o);
 }
 
 dt_status dt_report_jsonl_create(dt_report_jsonl **state, dt_reporter *r) {
     *state = dt_calloc(1, sizeof **state);
     if (!*state) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    *r = (dt_reporter){.ctx = *state, .on_start = on_start, .on_step = on_step, .on_eval = on_eval, .on_end = on_end};
+    *r = (dt_reporter){.ctx = *state, .on_start = on_start, .on_step = on_step, .on_eval = on_eval, .on_end = on_end,
+                        .on_event = on_event};
     return DT_OK;
 }
 

@@ -13,7 +13,7 @@ static dt_status on_start(void *ctx, const dt_run_info *info) {
 
 static dt_status on_end(void *ctx, const dt_end_info *e) {
     const char *dir = *(const char **)ctx;
-    if (!dir || !e->model) return DT_OK;
+    if (!dir || !e->model || e->res->stopped_at >= 0) return DT_OK; /* a stopped run's weights are in its checkpoint */
     char path[4200], steps[32];
     snprintf(path, sizeof path, "%.4000s/model.safetensors", dir);
     snprintf(steps, sizeof steps, "%lld", (long long)e->res->steps);

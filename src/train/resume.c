@@ -88,6 +88,17 @@ static dt_status load(tr_run *r, const char *path, dt_model *lm, float *M, float
     return st;
 }
 
+dt_status tr_load_checkpoint(tr_run *r, const char *path, dt_ckpt_state *s) {
+    /* With tensor parallelism the checkpoint's logical tensors are loaded into
+     * the unsharded model, and this rank takes its shards. */
+    dt_model *lm = r->TP > 1 ? r->full : r->m;
+    float *M = dt_alloc_floats(lm->n), *V = dt_alloc_floats(lm->n);
+    dt_status st = M && V ? load(r, path, lm, M, V, s) : dt_errorf(DT_ERR_NOMEM, "out of memory resuming from %s", path);
+    dt_free(M);
+    dt_free(V);
+    return st;
+}
+
 dt_status tr_resume(tr_run *r) {
     r->res->resumed_from = -1;
     if (!r->c->resume) return DT_OK;
@@ -96,14 +107,8 @@ dt_status tr_resume(tr_run *r) {
     dt_status gs = r->ck.net ? tr_ckpt_gather(r, path, sizeof path, &found) : DT_OK;
     if (gs) return gs;
     if (!(r->ck.net ? found : tr_resume_path(r->c, r->lead, path, sizeof path))) return DT_OK;
-    /* With tensor parallelism the checkpoint's logical tensors are loaded into
-     * the unsharded model, and this rank takes its shards. */
-    dt_model *lm = r->TP > 1 ? r->full : r->m;
-    float *M = dt_alloc_floats(lm->n), *V = dt_alloc_floats(lm->n);
     dt_ckpt_state s;
-    dt_status st = M && V ? load(r, path, lm, M, V, &s) : dt_errorf(DT_ERR_NOMEM, "out of memory resuming from %s", path);
-    dt_free(M);
-    dt_free(V);
+    dt_status st = tr_load_checkpoint(r, path, &s);
     if (st) return st;
     r->start_step = s.step;
     if (s.step > 0) r->res->resumed_from = s.step;

@@ -11,6 +11,7 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     memset(res, 0, sizeof *res);
     res->test_acc = -1.0f;
     res->resumed_from = -1;
+    res->stopped_at = -1;
     dt_status st = dt_train_cfg_check(c);
     if (st) return st;
     int world = dt_comm_size(comm);

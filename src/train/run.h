@@ -23,7 +23,7 @@ typedef struct tr_window {
     double t0;               /* start of the window */
     double loss, compute_s;
     dt_dp_stats dp;
-    int64_t items, steps;
+    int64_t items, steps, loss_n;   /* loss_n: steps whose loss counts (not skipped ones) */
 } tr_window;
 
 /* The checkpoint writer of the sync driver and what it writes. */
@@ -36,7 +36,32 @@ typedef struct tr_ckpt {
     dt_ckpt_part parts[4];   /* state owners: optimizer shard, sampler, robust aggregation, compression */
     dt_dp_part_ctx dpp;
     struct tr_net *net;      /* ckpt_dir is each host's own: how the writers meet (ckpt_net.c) */
+    int64_t last_step;       /* the step of the last snapshot taken (-1: none) */
 } tr_ckpt;
+
+/* Stopping well (stop.c): the skipped batches, the spike window, the times
+ * that say when the deadline is near. */
+typedef struct tr_stop {
+    dt_skip_range skips[2 * DT_MAX_SKIPS]; /* --skip-batches, then one per rewind */
+    int n_skips;
+    double *win;             /* the last --spike-window finite losses (a ring) */
+    int win_n, win_at;
+    float z;                 /* the spike threshold in use (0: finite spikes ignored) */
+    int recoveries;          /* skips + rewinds so far */
+    double step_s;           /* smoothed seconds of one step */
+    double save_s;           /* seconds a checkpoint takes (measured, else estimated) */
+    double snap_s;           /* seconds the last snapshot held the step loop */
+    int64_t rewind_to;       /* set by a rewind: the loop goes on after this step (-1: none) */
+} tr_stop;
+
+/* A step's verdict, the same on every rank. */
+typedef struct tr_verdict {
+    double loss;             /* the step's loss over the world */
+    bool grad_bad;           /* some rank's share of the gradient is not finite (asked under skip) */
+    bool requested;          /* a rank was asked to stop */
+    bool stopping;           /* stop after this step (request or deadline) */
+    int stop;                /* the signal (0: none named), -1: the deadline */
+} tr_verdict;
 
 typedef struct tr_attack {
     const dt_train_cfg *c;
@@ -70,6 +95,7 @@ typedef struct tr_run {
     bool per_worker;         /* each worker's gradient is the mean over its own shard */
     double *bal;             /* --balance dynamic: smoothed samples/s per worker (2D) */
     tr_ckpt ck;
+    tr_stop stop;
     dt_trace *trace;
     /* progress */
     int64_t start_step, total;
@@ -102,6 +128,7 @@ dt_status tr_report_start(const tr_run *r, const dt_run_info *info);
 dt_status tr_report_step(const dt_train_cfg *c, const dt_step_info *s);
 dt_status tr_report_eval(const dt_train_cfg *c, const dt_eval_info *e);
 dt_status tr_report_end(const dt_train_cfg *c, const dt_end_info *e);
+dt_status tr_report_event(const dt_train_cfg *c, const dt_event_info *e);
 void tr_run_info(const tr_run *r, dt_strategy s, dt_run_info *info);
 
 /* ---- resume.c / snapshot.c -------------------------------------------------- */
@@ -130,6 +157,11 @@ dt_status tr_ckpt_net_end(tr_run *r);
  * and *found whether there is one (ckpt_gather.c). Collective. */
 dt_status tr_ckpt_gather(tr_run *r, char *path, size_t n, bool *found);
 dt_status tr_ckpt_maybe_save(tr_run *r, int64_t step);
+/* A checkpoint of this step now (collective over the checkpoint's writers). */
+dt_status tr_ckpt_save(tr_run *r, int64_t step);
+/* Loads the checkpoint at path into the run (parameters, optimizer state,
+ * every part), as a resume does; s gets its state. Collective. */
+dt_status tr_load_checkpoint(tr_run *r, const char *path, dt_ckpt_state *s);
 /* The unsharded model's weights from every rank's part (tp/pp; collective). */
 dt_status tr_gather_weights(tr_run *r);
 
@@ -147,6 +179,32 @@ void tr_step_hook(const dt_train_cfg *c, int rank, int64_t step, dt_step_point a
 /* The optimizer that applies the update: c->optim, or with worker momentum
  * plain SGD (momentum, Nesterov and weight decay are the workers'). */
 dt_optim_cfg tr_applied_optim(const dt_train_cfg *c);
+
+/* ---- stop.c: requests, deadlines, spikes, skipped batches ------------------ */
+dt_status tr_stop_init(tr_run *r);
+void tr_stop_free(tr_run *r);
+/* Global batches to pass over just before step draws its own. */
+int64_t tr_skip_at(const tr_run *r, int64_t step);
+/* --inject spike: the factor on step's loss (1: none). */
+float tr_spike_scale(const tr_run *r, int64_t step);
+/* A step took step_s: the deadline's estimate of the next one and of a checkpoint. */
+void tr_stop_timed(tr_run *r, double step_s);
+/* The step's loss over the world with the stop request, the deadline votes
+ * and grad_bad in the same all-reduce (collective over the world). */
+dt_status tr_vote(tr_run *r, double loss_d, bool grad_bad, tr_verdict *v);
+/* Whether v is a divergence (why gets one line); tr_spike_push adds a normal
+ * step's loss to the window. */
+bool tr_spike(tr_run *r, const tr_verdict *v, char *why, size_t n);
+void tr_spike_push(tr_run *r, double loss);
+/* --on-divergence skip: drops the step's update (collective over dp). */
+dt_status tr_skip_step(tr_run *r, int64_t step, double loss, const char *why);
+/* --on-divergence rewind: back to the newest checkpoint K steps before step,
+ * SKIP batches skipped from step on; r->stop.rewind_to says where the loop
+ * goes on. Collective. */
+dt_status tr_rewind(tr_run *r, int64_t step, double loss, const char *why);
+/* The stop after step: its checkpoint (unless taken already) on disk, the
+ * result's stop fields, the event. Collective. */
+dt_status tr_stop_save(tr_run *r, int64_t step, const tr_verdict *v);
 
 /* ---- drivers ---------------------------------------------------------------- */
 dt_status tr_drive_sync(tr_run *r);

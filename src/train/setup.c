@@ -260,6 +260,7 @@ dt_status tr_setup_strategy(tr_run *r) {
 }
 
 void tr_free(tr_run *r) {
+    tr_stop_free(r);
     dt_ckpt_writer_destroy(r->ck.w);
     tr_ckpt_net_free(r);
     dt_free(r->ck.writers);

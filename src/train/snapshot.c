@@ -98,8 +98,13 @@ static dt_status save_gathered(tr_run *r, const dt_ckpt_snapshot *snap) {
 
 dt_status tr_ckpt_maybe_save(tr_run *r, int64_t step) {
     const dt_train_cfg *c = r->c;
+    if (!r->ck.w || c->ckpt_stop_only || !((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == r->total)) return DT_OK;
+    return tr_ckpt_save(r, step);
+}
+
+dt_status tr_ckpt_save(tr_run *r, int64_t step) {
+    const dt_train_cfg *c = r->c;
     tr_ckpt *k = &r->ck;
-    if (!k->w || !((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == r->total)) return DT_OK;
     dt_ckpt_state cs;
     memset(&cs, 0, sizeof cs);
     cs.step = step;
@@ -126,5 +131,7 @@ dt_status tr_ckpt_maybe_save(tr_run *r, int64_t step) {
     double ts = dt_now();
     st = r->TP > 1 ? save_gathered(r, &snap) : dt_ckpt_save_async(k->w, r->m, snap.optim, &shard, k->pmask, &cs);
     if (!st && r->trace) dt_trace_event(r->trace, "checkpoint snapshot", DT_TRACE_COMPUTE, ts, dt_now(), step, -1);
+    k->last_step = step;
+    r->stop.snap_s = dt_now() - ts;
     return st;
 }

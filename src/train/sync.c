@@ -102,17 +102,19 @@ static void add_stats(dt_dp_stats *to, const dt_dp_stats *s) {
     to->comp.payload_bytes += s->comp.payload_bytes;
 }
 
-/* The step's loss over the world, its figures into the window and the run. */
-static dt_status account(tr_run *r, int64_t step, int local_n, int global_n, double local_loss, double t[3],
-                         double bwd_s, double slept) {
-    dt_train_result *res = r->res;
+/* This rank's share of the step's loss over the world. */
+static double loss_share(const tr_run *r, int local_n, int global_n, double local_loss) {
     double loss_d = r->tpr == 0 ? local_loss : 0.0; /* tp ranks compute the same loss */
     if (r->per_worker && global_n > 0) loss_d *= (double)local_n / (double)global_n; /* worker mean -> global mean */
+    return loss_d;
+}
+
+/* The step's figures (its loss over the world voted already) into the window
+ * and the run. */
+static dt_status account(tr_run *r, int local_n, int global_n, double loss_d, double t[3], double bwd_s, double slept) {
+    dt_train_result *res = r->res;
     dt_status st = DT_OK;
-    if (r->n > 1 && (st = dt_allreduce_f64(r->world, &loss_d, 1))) return st;
     float loss = (float)loss_d;
-    if (!isfinite(loss))
-        return dt_errorf(DT_ERR_INVALID, "the loss became %f at step %lld: lower --lr or set --clip", (double)loss, (long long)step);
     dt_dp_stats ss;
     dt_dp_take_stats(r->dp, &ss);
     ss.backward_s = bwd_s;
@@ -129,7 +131,10 @@ static dt_status account(tr_run *r, int64_t step, int local_n, int global_n, dou
     res->backward_s += ss.backward_s;
     res->bytes_sent += ss.bytes_sent;
     r->win.compute_s += compute;
-    r->win.loss += loss;
+    if (isfinite(loss)) { /* a skipped step's loss is not the model's */
+        r->win.loss += loss;
+        r->win.loss_n++;
+    }
     r->win.steps++;
     int64_t items = (int64_t)global_n * (r->data.lm ? r->data.T : 1);
     r->win.items += items;
@@ -143,7 +148,7 @@ static dt_status report_window(tr_run *r, int64_t step, float lr) {
     if (step % c->log_every != 0 && step != r->total) return DT_OK;
     tr_window *w = &r->win;
     double now = dt_now(), n = (double)w->steps;
-    r->res->final_loss = (float)(w->loss / n);
+    r->res->final_loss = w->loss_n ? (float)(w->loss / (double)w->loss_n) : NAN;
     dt_step_info s = {
         .strategy = c->strategy, .step = step, .total_steps = r->total, .epoch = r->ld.sampler.epoch,
         .loss = r->res->final_loss, .lr = lr, .items_per_s = w->items / (now - w->t0 > 1e-9 ? now - w->t0 : 1e-9),
@@ -186,6 +191,10 @@ static dt_status maybe_evaluate(tr_run *r, int64_t step) {
     return r->lead ? tr_report_eval(c, &e) : DT_OK;
 }
 
+/* Under --on-divergence skip the verdict comes before the update (which a
+ * spike drops); otherwise after it, in the all-reduce of the loss the step
+ * always made. A rewind or a stop ends the step early: the loop reads
+ * r->stop.rewind_to and r->res->stopped_at. */
 static dt_status step(tr_run *r, int64_t step) {
     const dt_train_cfg *c = r->c;
     dt_comm_set_step(r->world, step);
@@ -195,18 +204,44 @@ static dt_status step(tr_run *r, int64_t step) {
     tr_step_hook(c, r->rank, step, DT_STEP_COMPUTE, r->slow_prev); /* --inject slow: a slower machine */
     double slept = dt_now() - t[0];
     int local_n, global_n;
+    for (int64_t k = tr_skip_at(r, step); k > 0; k--) dt_sampler_next(&r->ld.sampler, c->batch, r->ld.idx, &local_n, &global_n);
     dt_loader_next(&r->ld, c->batch, &local_n, &global_n);
     double loss = 0, bwd_s = 0;
-    dt_status st = forward_backward(r, step, local_n, loss_scale(r, local_n, global_n), &loss, &bwd_s);
+    float scale = loss_scale(r, local_n, global_n) * tr_spike_scale(r, step);
+    dt_status st = forward_backward(r, step, local_n, scale, &loss, &bwd_s);
     if (st) return st;
     t[1] = dt_now();
     float lr = dt_lr_at(&r->sched, step - 1);
-    if ((st = reduce_update(r, step, lr))) return st;
+    tr_verdict v;
+    char why[256];
+    bool voted = c->diverge.mode == DT_DIVERGE_SKIP, spike = false;
+    if (voted) {
+        if ((st = dt_dp_wait(r->dp)) || (st = tr_vote(r, loss_share(r, local_n, global_n, loss), !dt_dp_grad_finite(r->dp), &v)))
+            return st;
+        spike = tr_spike(r, &v, why, sizeof why);
+    }
+    if (spike) st = tr_skip_step(r, step, v.loss, why);
+    else st = reduce_update(r, step, lr);
+    if (st) return st;
     t[2] = dt_now();
     if (r->trace) dt_trace_event(r->trace, "optimizer", DT_TRACE_COMPUTE, t[1], t[2], step, -1);
     if ((st = tr_ckpt_maybe_save(r, step))) return st;
-    if ((st = account(r, step, local_n, global_n, loss, t, bwd_s, slept))) return st;
+    if (!voted) {
+        if ((st = tr_vote(r, loss_share(r, local_n, global_n, loss), false, &v))) return st;
+        spike = tr_spike(r, &v, why, sizeof why);
+        if (spike && c->diverge.mode == DT_DIVERGE_REWIND) return tr_rewind(r, step, v.loss, why);
+        if (spike && !isfinite(v.loss))
+            return dt_errorf(DT_ERR_INVALID, "the loss became %f at step %lld: lower --lr or set --clip (or --on-divergence "
+                             "skip|rewind)", v.loss, (long long)step);
+        if (spike)
+            return dt_errorf(DT_ERR_INVALID, "divergence at step %lld: %s; stopping (--on-divergence stop; skip or rewind "
+                             "would go on)", (long long)step, why);
+    }
+    if (!spike) tr_spike_push(r, v.loss);
+    if ((st = account(r, local_n, global_n, spike ? NAN : v.loss, t, bwd_s, slept))) return st;
+    tr_stop_timed(r, dt_now() - t[0]);
     if ((st = report_window(r, step, lr))) return st;
+    if (v.stopping) return tr_stop_save(r, step, &v);
     return maybe_evaluate(r, step);
 }
 
@@ -252,7 +287,15 @@ static dt_status start_reporters(tr_run *r) {
 static dt_status begin(tr_run *r) {
     const dt_train_cfg *c = r->c;
     dt_status st = DT_OK;
-    if ((st = tr_setup_strategy(r)) || (st = tr_ckpt_storage(r, true)) || (st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = start_reporters(r))) return st;
+    r->ck.last_step = -1;
+    if ((st = tr_setup_strategy(r)) || (st = tr_ckpt_storage(r, true))) return st;
+    if (c->diverge.mode == DT_DIVERGE_REWIND && r->ck.net)
+        return dt_errorf(DT_ERR_INVALID, "--on-divergence rewind reloads checkpoints during the run: it needs a --ckpt-dir "
+                         "every rank shares (%s is each host's own)", c->ckpt_dir);
+    if (c->diverge.mode == DT_DIVERGE_SKIP && r->pipe)
+        return dt_errorf(DT_ERR_INVALID, "--on-divergence skip does not work with --pp yet (the stages' tied tensors move "
+                         "with the update); use rewind");
+    if ((st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = tr_stop_init(r)) || (st = start_reporters(r))) return st;
     r->t0 = r->win.t0 = dt_now();
     if (c->trace) {
         if ((st = dt_trace_create(&r->trace, r->rank, r->t0))) return st;
@@ -313,9 +356,10 @@ static dt_status finish(tr_run *r) {
         if ((st = dt_ckpt_flush(r->ck.w))) return st;
         res->ckpt_blocking_s = dt_ckpt_blocking_seconds(r->ck.w);
     }
-    if ((st = tr_ckpt_net_end(r))) return st;
+    /* A stopped run keeps its replicas' memory copies for the resume. */
+    if (res->stopped_at < 0 && (st = tr_ckpt_net_end(r))) return st;
     res->seconds = dt_now() - r->t0;
-    res->steps = r->total;
+    res->steps = res->stopped_at >= 0 ? res->stopped_at : r->total;
     res->test_acc = r->acc;
     res->eval_loss = r->eloss;
     res->items_per_s = (double)r->all_items / (res->seconds > 1e-9 ? res->seconds : 1e-9);
@@ -344,6 +388,12 @@ static dt_status finish(tr_run *r) {
 
 dt_status tr_drive_sync(tr_run *r) {
     dt_status st = begin(r);
-    for (int64_t s = r->start_step + 1; !st && s <= r->total; s++) st = step(r, s);
+    for (int64_t s = r->start_step + 1; !st && s <= r->total && r->res->stopped_at < 0; s++) {
+        st = step(r, s);
+        if (r->stop.rewind_to >= 0) {
+            s = r->stop.rewind_to;
+            r->stop.rewind_to = -1;
+        }
+    }
     return st ? st : finish(r);
 }

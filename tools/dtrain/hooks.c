@@ -130,7 +130,7 @@ static dt_status progress_eval(void *ctx, const dt_eval_info *e) {
 
 static dt_status progress_end(void *ctx, const dt_end_info *e) {
     const cli_hooks *h = ctx;
-    if (synchronous(e->strategy) && h->cfg->out_dir)
+    if (synchronous(e->strategy) && h->cfg->out_dir && e->res->stopped_at < 0)
         dt_log(DT_LOG_INFO, "wrote %s/model.safetensors and %s/metrics.jsonl", h->cfg->out_dir, h->cfg->out_dir);
     return DT_OK;
 }

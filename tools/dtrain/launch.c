@@ -32,6 +32,7 @@
 #include "launch.h"
 
 #include "hosts.h"
+#include "stop.h"
 
 #include "dtrain/core.h"
 
@@ -48,6 +49,7 @@
 #define DONE_ENV "DTRAIN_DONE_FILE"
 #define UP_ENV "DTRAIN_UP_FILE"
 #define ABORT_GRACE 10.0 /* seconds mpirun gets to end an aborted job */
+#define DT_MPIRUN_KILL_GRACE "10" /* odls_base_sigkill_timeout (Open MPI's default: 1) */
 
 static bool env_set(const char *name) {
     const char *v = getenv(name);
@@ -133,12 +135,6 @@ void dt_launch_report_abort(int code) {
     fclose(f);
 }
 
-static volatile sig_atomic_t g_mpirun = 0;
-
-static void forward_signal(int sig) {
-    if (g_mpirun > 0) kill((pid_t)g_mpirun, sig);
-}
-
 static bool file_says(const char *path, const char *word) {
     char line[64] = "";
     FILE *f = fopen(path, "r");
@@ -166,6 +162,7 @@ static int wait_mpirun(pid_t pid, const char *up_path, int *stopped_code) {
         struct stat st;
         if (!abort_at && up_path[0] && stat(up_path, &st) == 0 && st.st_size != seen) {
             seen = st.st_size;
+            dt_stop_child_ready(); /* rank 0 is up: mpirun forwards SIGUSR2 by now */
             char line[64];
             FILE *f = fopen(up_path, "r");
             while (f && fgets(line, sizeof line, f))
@@ -204,29 +201,26 @@ static void name_lost_hosts(const char *hostfile, int n) {
 /* Runs mpirun (av) as a child and returns dtrain's exit code (see the top).
  * done_path: the completion marker of a run that may lose workers, or "". */
 static int run_mpirun(const char **av, const char *done_path, const char *up_path, int n, const char *hostfile) {
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = forward_signal;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    dt_stop_install_forward();
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "dtrain: cannot start mpirun: %s\n", strerror(errno));
         return 1;
     }
     if (pid == 0) {
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGTERM, &old_term, NULL);
+        /* Its own process group: a Ctrl-C reaches dtrain alone, which passes
+         * the stop on (mpirun's own SIGINT would end the job). */
+        setpgid(0, 0);
         execvp("mpirun", (char *const *)av);
         fprintf(stderr, "dtrain: cannot run mpirun: %s; install openmpi-bin (scripts/install-deps.sh)\n", strerror(errno));
         _exit(1);
     }
-    g_mpirun = pid;
+    setpgid(pid, pid); /* also here: whichever of the two runs first */
+    dt_stop_forward_to(pid, !up_path[0]);
     int stopped = -1;
     int status = wait_mpirun(pid, up_path, &stopped);
-    g_mpirun = 0;
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    dt_stop_forward_to(0, false);
+    dt_stop_cleanup();
     int code = stopped >= 0 ? stopped : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (code != 0 && hostfile) name_lost_hosts(hostfile, n);
     bool up = up_path[0] && file_says(up_path, "up");
@@ -277,7 +271,7 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
 
     char nbuf[32];
     snprintf(nbuf, sizeof nbuf, "%d", n);
-    const char **av = calloc((size_t)argc + 32, sizeof *av);
+    const char **av = calloc((size_t)argc + 48, sizeof *av);
     if (!av) return 1;
     int k = 0;
     av[k++] = "mpirun";
@@ -295,6 +289,23 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
     }
     av[k++] = "-x";
     av[k++] = "OPENBLAS_NUM_THREADS";
+    /* What mpirun does when a signal reaches it (or a rank dies): SIGCONT,
+     * then SIGTERM after this many seconds, SIGKILL as many seconds later; the
+     * ranks stop on the SIGTERM with a checkpoint in between. */
+    av[k++] = "--mca";
+    av[k++] = "odls_base_sigkill_timeout";
+    av[k++] = DT_MPIRUN_KILL_GRACE;
+    av[k++] = "--stdin";
+    av[k++] = "none"; /* mpirun is not in the terminal's foreground group */
+    dt_stop_install_forward(); /* makes the stop file the ranks read */
+    if (getenv("DTRAIN_STOP_FILE")) {
+        av[k++] = "-x";
+        av[k++] = "DTRAIN_STOP_FILE";
+    }
+    if (getenv("DTRAIN_DEADLINE")) {
+        av[k++] = "-x";
+        av[k++] = "DTRAIN_DEADLINE";
+    }
     char done_path[4096] = "";
     if (survives_lost_worker(argc - cmd_args_from, argv + cmd_args_from)) {
         const char *tmp = getenv("TMPDIR");

@@ -8,7 +8,9 @@
  * `-n N` starts N ranks through mpirun (see launch.c).
  * Exit codes: 0 success, 1 the run failed (bad data, bad weights, I/O),
  * 2 usage error (unknown flag, bad value), 3 a communication deadline expired
- * (a rank stalled or died; the message names it). */
+ * (a rank stalled or died; the message names it), 75 the run stopped on a
+ * signal or before its time limit after writing a checkpoint (resume it with
+ * --resume auto; stop.h). */
 #include "dtrain/ckpt.h"
 #include "dtrain/config.h"
 #include "dtrain/comm.h"
@@ -19,6 +21,7 @@
 #include "cli.h"
 #include "hooks.h"
 #include "launch.h"
+#include "stop.h"
 #include "supervisor.h"
 
 #include <jansson.h>
@@ -61,11 +64,12 @@ typedef struct cli {
     int pretend_hosts;
     float backoff;
     bool progress_off;
+    const char *stop_signals, *time_limit;
 } cli;
 
 /* The program's defaults (the library's are dt_train_cfg_default's). */
 static cli cli_default(void) {
-    return (cli){.backoff = 1.0f};
+    return (cli){.backoff = 1.0f, .stop_signals = "TERM,INT,USR1"};
 }
 
 /* The program's own flags (how to start and supervise the ranks), read by the
@@ -91,6 +95,13 @@ static const dt_flag cli_flags[] = {
      .section = "fault tolerance", .arg = "S", .help = "first wait before a restart, doubling up to 30 s"},
     {.name = "min-nproc", .type = DT_FLAG_INT, .off = CLI(min_nproc), .ilo = 1, .ihi = 100000, .attr = DT_FLAG_TRAIN,
      .section = "fault tolerance", .arg = "M", .help = "with --hostfile and no -n: refuse to run on fewer than M slots"},
+    {.name = "stop-signals", .type = DT_FLAG_STRING, .off = CLI(stop_signals), .attr = DT_FLAG_TRAIN,
+     .section = "fault tolerance", .arg = "LIST", .help = "signals that stop the run at the next step with a checkpoint "
+     "(exit 75; a third one ends at once): names or numbers, or none"},
+    {.name = "time-limit", .type = DT_FLAG_STRING, .off = CLI(time_limit), .attr = DT_FLAG_TRAIN,
+     .section = "fault tolerance", .arg = "DURATION", .help = "checkpoint and stop (exit 75) before this much time has "
+     "passed since the command started (90s, 15m, 2h, 1:30:00); under Slurm also before the allocation ends",
+     .default_text = "none"},
     {.name = "weights", .type = DT_FLAG_STRING, .off = CLI(weights), .attr = DT_FLAG_EVAL, .section = "run",
      .arg = "FILE", .help = "the weights to evaluate (safetensors)"},
 };
@@ -208,13 +219,52 @@ static void print_summary(const dt_train_cfg *cfg, const dt_train_result *r, int
     fflush(stdout);
 }
 
+/* Where a stop writes when no --ckpt-dir was given: OUT/ckpt (the
+ * synchronous strategies; only a stop writes there, and --resume auto reads
+ * it). */
+static void default_stop_dir(cli *c) {
+    static char dir[4200];
+    dt_train_cfg *cfg = &c->cfg;
+    bool sync = cfg->strategy == DT_STRATEGY_SYNC || cfg->strategy == DT_STRATEGY_LOCALSGD;
+    if (cfg->ckpt_dir || !cfg->out_dir || !sync) return;
+    snprintf(dir, sizeof dir, "%.4000s/ckpt", cfg->out_dir);
+    cfg->ckpt_dir = dir;
+    cfg->ckpt_stop_only = true;
+}
+
+/* The line a stopped run prints (rank 0). */
+static void print_stopped(const dt_train_result *r) {
+    char why[96];
+    const char *name = dt_stop_signal_name(r->stop_signal);
+    if (r->stop_signal > 0 && name) snprintf(why, sizeof why, "on SIG%s", name);
+    else if (r->stop_signal > 0) snprintf(why, sizeof why, "on signal %d", r->stop_signal);
+    else snprintf(why, sizeof why, "%s", r->stop_signal < 0 ? "before the time limit" : "on request");
+    if (r->stop_ckpt[0])
+        fprintf(stderr, "%s: stopped at step %lld %s; checkpoint %s; resume with --resume auto\n", g_cmd,
+                (long long)r->stopped_at, why, r->stop_ckpt);
+    else
+        fprintf(stderr, "%s: stopped at step %lld %s; no checkpoint written (give --ckpt-dir DIR or --out DIR): its steps "
+                        "are lost\n", g_cmd, (long long)r->stopped_at, why);
+    fflush(stderr);
+}
+
 /* Runs the parsed command line: supervisor, launcher, then this rank's run. */
 static int train_run(cli *cp, int full_argc, char **full_argv) {
     cli c = *cp;
     int rc;
     if (c.cfg.min_lr > c.cfg.lr) c.cfg.min_lr = c.cfg.lr;
     if (c.cfg.strategy == DT_STRATEGY_HOGWILD) c.cfg.hogwild_threads = c.threads;
+    bool mask[65];
+    double limit = 0;
+    if (dt_stop_parse_signals(c.stop_signals, mask, 65) || (c.time_limit && dt_stop_parse_duration(c.time_limit, &limit)))
+        return EXIT_USAGE;
+    dt_stop_configure(mask, 65);
+    default_stop_dir(&c);
     if (dt_train_cfg_check(&c.cfg)) return usage_error("%s", dt_error_msg());
+    if ((limit > 0 || c.cfg.diverge.mode != DT_DIVERGE_STOP) && c.cfg.strategy != DT_STRATEGY_SYNC &&
+        c.cfg.strategy != DT_STRATEGY_LOCALSGD)
+        return usage_error("--time-limit is for the synchronous strategies (sync, localsgd:H) so far");
+    dt_stop_set_deadline(limit);
     /* Checked where the command was typed: a rank on another host may lack the
      * path (its own disk) and get the checkpoint's files from the others. */
     if (c.cfg.resume && strcmp(c.cfg.resume, "auto") != 0 && !dt_under_mpi_launcher() && access(c.cfg.resume, F_OK) != 0)
@@ -239,6 +289,10 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
         openblas_set_num_threads(1);
     }
 
+    /* Stop signals: from here on they stop the run at a step boundary. */
+    dt_stop_install_rank(dt_under_mpi_launcher());
+    c.cfg.deadline = dt_stop_deadline();
+
     /* MPI only for a job that a launcher started: a one-process run (no -n, not
      * under mpirun/srun) never initialises MPI, so nothing of its start-up can
      * delay or print on a run that fails on its input. */
@@ -252,6 +306,7 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
         return EXIT_USAGE;
     }
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
+    dt_stop_quiet(rank != 0);
     if (c.nproc && size != c.nproc) {
         if (rank == 0)
             fprintf(stderr, "%s: -n %d but the job has %d ranks; drop -n under an existing mpirun/srun\n",
@@ -282,6 +337,11 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     free(config);
     if (st) return end_job(world, st, &r, c.cfg.timeout);
     if (c.cfg.strategy == DT_STRATEGY_HOGWILD) size = 1;
+    if (r.stopped_at >= 0) {
+        if (rank == 0) print_stopped(&r);
+        rc = end_job(world, DT_OK, &r, c.cfg.timeout);
+        return rc ? rc : DT_EXIT_STOPPED;
+    }
     if (rank == 0) {
         print_summary(&c.cfg, &r, size);
         if (c.cfg.strategy == DT_STRATEGY_PS) dt_launch_report_done(r.lost_desc);

@@ -11,6 +11,7 @@
 #include "supervisor.h"
 
 #include "hosts.h"
+#include "stop.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -20,14 +21,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static volatile sig_atomic_t g_stop = 0;
-static volatile pid_t g_child = 0;
-
-static void on_signal(int sig) {
-    g_stop = sig;
-    if (g_child > 0) kill(g_child, sig);
-}
 
 static void describe(int status, char *buf, size_t n) {
     if (WIFSIGNALED(status))
@@ -78,7 +71,7 @@ static int attempt_hosts(const dt_supervise_cfg *cfg, int attempt, char *path, s
     return slots;
 }
 
-int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
+static int supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
@@ -86,11 +79,9 @@ int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
         return 1;
     }
     self[len] = '\0';
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    /* A stop signal goes to the job as the launcher passes it on; the job
+     * stops with a checkpoint and exit DT_EXIT_STOPPED, which ends supervision. */
+    dt_stop_install_forward();
 
     double backoff = cfg->backoff;
     for (int attempt = 0;; attempt++) {
@@ -132,6 +123,7 @@ int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
             return 1;
         }
         if (pid == 0) {
+            setpgid(0, 0); /* a Ctrl-C reaches the supervisor alone, which passes it on once */
             setenv("DTRAIN_SUPERVISED", "1", 1);
             setenv("DTRAIN_ATTEMPT", abuf, 1);
             execv(self, (char *const *)av);
@@ -139,15 +131,24 @@ int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
             _exit(127);
         }
         free(av);
-        g_child = pid;
+        setpgid(pid, pid);
+        dt_stop_forward_to(pid, true);
         int status = 0;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
-        g_child = 0;
+        dt_stop_forward_to(0, false);
         if (hostfile[0]) unlink(hostfile);
-        if (g_stop) {
-            fprintf(stderr, "dtrain supervisor: stopped by signal %d\n", (int)g_stop);
-            return 128 + (int)g_stop;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == DT_EXIT_STOPPED) {
+            fprintf(stderr, "dtrain supervisor: the job stopped on request with a checkpoint; not restarting (resume "
+                            "with --resume auto)\n");
+            return DT_EXIT_STOPPED;
+        }
+        if (dt_stop_caught()) {
+            char why[256];
+            describe(status, why, sizeof why);
+            fprintf(stderr, "dtrain supervisor: stopped by signal %d (%s); the job ended: %s\n", dt_stop_caught(),
+                    strsignal(dt_stop_caught()), why);
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         }
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
             if (attempt > 0) fprintf(stderr, "dtrain supervisor: the job finished after %d restart%s\n", attempt, attempt == 1 ? "" : "s");
@@ -170,9 +171,18 @@ int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
                 attempt + 1, why, cfg->can_resume ? "from the newest valid checkpoint" : "from scratch (no --ckpt-dir)",
                 backoff, attempt + 1, cfg->max_restarts);
         struct timespec ts = {(time_t)backoff, (long)((backoff - (double)(time_t)backoff) * 1e9)};
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR && !g_stop) {
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR && !dt_stop_caught()) {
         }
-        if (g_stop) return 128 + (int)g_stop;
+        if (dt_stop_caught()) {
+            fprintf(stderr, "dtrain supervisor: stopped by signal %d before the restart\n", dt_stop_caught());
+            return 128 + dt_stop_caught();
+        }
         backoff = backoff * 2 > 30 ? 30 : backoff * 2;
     }
+}
+
+int dt_supervise(int argc, char **argv, const dt_supervise_cfg *cfg) {
+    int rc = supervise(argc, argv, cfg);
+    dt_stop_cleanup();
+    return rc;
 }
