@@ -49,7 +49,7 @@
 #define DONE_ENV "DTRAIN_DONE_FILE"
 #define UP_ENV "DTRAIN_UP_FILE"
 #define ABORT_GRACE 10.0 /* seconds mpirun gets to end an aborted job */
-#define DT_MPIRUN_KILL_GRACE "10" /* odls_base_sigkill_timeout (Open MPI's default: 1) */
+#define STOPPED_GRACE 5.0 /* seconds mpirun gets to end once rank 0 said the run stopped */
 
 static bool env_set(const char *name) {
     const char *v = getenv(name);
@@ -126,6 +126,15 @@ void dt_launch_report_done(const char *lost_desc) {
     if (fclose(f) != 0) fprintf(stderr, "dtrain: cannot write %s: %s\n", path, strerror(errno));
 }
 
+void dt_launch_report_stopped(void) {
+    const char *path = getenv(UP_ENV);
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    fputs("stopped\n", f);
+    fclose(f);
+}
+
 void dt_launch_report_abort(int code) {
     const char *path = getenv(UP_ENV);
     if (!path || !*path) return;
@@ -144,13 +153,22 @@ static bool file_says(const char *path, const char *word) {
     return yes;
 }
 
+static bool file_has_line(const char *path, const char *want) {
+    char line[64];
+    bool yes = false;
+    FILE *f = fopen(path, "r");
+    while (f && !yes && fgets(line, sizeof line, f)) yes = strcmp(line, want) == 0;
+    if (f) fclose(f);
+    return yes;
+}
+
 /* Waits for mpirun; stops it when a rank appended "abort" to the up file and
  * mpirun has not ended the job ABORT_GRACE seconds later. Returns its status. */
 static int wait_mpirun(pid_t pid, const char *up_path, int *stopped_code) {
     int status = 0;
     *stopped_code = -1;
     off_t seen = 0;
-    double abort_at = 0, term_at = 0;
+    double abort_at = 0, term_at = 0, stop_at = 0;
     struct timespec nap = {0, 20 * 1000 * 1000};
     for (;;) {
         pid_t w = waitpid(pid, &status, WNOHANG);
@@ -165,9 +183,18 @@ static int wait_mpirun(pid_t pid, const char *up_path, int *stopped_code) {
             dt_stop_child_ready(); /* rank 0 is up: mpirun forwards SIGUSR2 by now */
             char line[64];
             FILE *f = fopen(up_path, "r");
-            while (f && fgets(line, sizeof line, f))
+            while (f && fgets(line, sizeof line, f)) {
                 if (sscanf(line, "abort %d", stopped_code) == 1) abort_at = now;
+                if (strcmp(line, "stopped\n") == 0 && !stop_at) stop_at = now;
+            }
             if (f) fclose(f);
+        }
+        if (stop_at && !term_at && now - stop_at > STOPPED_GRACE) {
+            /* Every rank has written its checkpoint and left (rank 0 says so
+             * after the others); mpirun, signalled itself, may linger. */
+            kill(pid, SIGKILL);
+            term_at = now;
+            *stopped_code = DT_EXIT_STOPPED;
         }
         if (abort_at && !term_at && now - abort_at > ABORT_GRACE) {
             /* SIGKILL: mpirun's own SIGTERM handling waits on the same host
@@ -224,6 +251,7 @@ static int run_mpirun(const char **av, const char *done_path, const char *up_pat
     int code = stopped >= 0 ? stopped : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (code != 0 && hostfile) name_lost_hosts(hostfile, n);
     bool up = up_path[0] && file_says(up_path, "up");
+    if (up && file_has_line(up_path, "stopped\n")) code = DT_EXIT_STOPPED; /* whatever mpirun made of it */
     if (up_path[0]) unlink(up_path);
     if (code != 0 && !up && up_path[0] && !(WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM)))
         fprintf(stderr, "dtrain: MPI could not start the %d ranks (mpirun exit status %d): check that Open MPI works here "
@@ -290,11 +318,16 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
     av[k++] = "-x";
     av[k++] = "OPENBLAS_NUM_THREADS";
     /* What mpirun does when a signal reaches it (or a rank dies): SIGCONT,
-     * then SIGTERM after this many seconds, SIGKILL as many seconds later; the
-     * ranks stop on the SIGTERM with a checkpoint in between. */
-    av[k++] = "--mca";
-    av[k++] = "odls_base_sigkill_timeout";
-    av[k++] = DT_MPIRUN_KILL_GRACE;
+     * SIGTERM G seconds later, SIGKILL G seconds after that (Open MPI's G is
+     * 1 s). The ranks stop on its SIGTERM with a checkpoint if that fits in G
+     * seconds; DTRAIN_MPI_KILL_GRACE raises G (every failed job then takes 2G
+     * longer to end). A signal to dtrain itself has no such limit. */
+    const char *grace = getenv("DTRAIN_MPI_KILL_GRACE");
+    if (grace && *grace) {
+        av[k++] = "--mca";
+        av[k++] = "odls_base_sigkill_timeout";
+        av[k++] = grace;
+    }
     av[k++] = "--stdin";
     av[k++] = "none"; /* mpirun is not in the terminal's foreground group */
     dt_stop_install_forward(); /* makes the stop file the ranks read */

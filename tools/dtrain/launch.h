@@ -23,6 +23,9 @@ int dt_launch(int argc, char **argv, int cmd_args_from);
 void dt_launch_report_done(const char *lost_desc);
 /* Rank 0, once MPI is initialised: tells the launcher MPI started. */
 void dt_launch_report_up(void);
+/* Rank 0, after a run that stopped on request ended on every rank: tells the
+ * launcher, whose exit code is then DT_EXIT_STOPPED whatever mpirun's. */
+void dt_launch_report_stopped(void);
 /* Any rank, just before it aborts the job with exit code `code`: tells the
  * launcher, which stops mpirun if it has not ended the job soon after. */
 void dt_launch_report_abort(int code);

@@ -259,9 +259,10 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     if (dt_stop_parse_signals(c.stop_signals, mask, 65) || (c.time_limit && dt_stop_parse_duration(c.time_limit, &limit)))
         return EXIT_USAGE;
     dt_stop_configure(mask, 65);
+    dt_stop_enable(c.cfg.strategy == DT_STRATEGY_SYNC || c.cfg.strategy == DT_STRATEGY_LOCALSGD);
     default_stop_dir(&c);
     if (dt_train_cfg_check(&c.cfg)) return usage_error("%s", dt_error_msg());
-    if ((limit > 0 || c.cfg.diverge.mode != DT_DIVERGE_STOP) && c.cfg.strategy != DT_STRATEGY_SYNC &&
+    if (limit > 0 && c.cfg.strategy != DT_STRATEGY_SYNC &&
         c.cfg.strategy != DT_STRATEGY_LOCALSGD)
         return usage_error("--time-limit is for the synchronous strategies (sync, localsgd:H) so far");
     dt_stop_set_deadline(limit);
@@ -338,7 +339,11 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     if (st) return end_job(world, st, &r, c.cfg.timeout);
     if (c.cfg.strategy == DT_STRATEGY_HOGWILD) size = 1;
     if (r.stopped_at >= 0) {
-        if (rank == 0) print_stopped(&r);
+        if (rank == 0) {
+            /* The checkpoint is whole: rank 0's manifest waited for every file. */
+            print_stopped(&r);
+            dt_launch_report_stopped();
+        }
         rc = end_job(world, DT_OK, &r, c.cfg.timeout);
         return rc ? rc : DT_EXIT_STOPPED;
     }

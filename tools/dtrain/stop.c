@@ -177,17 +177,29 @@ double dt_stop_deadline(void) {
 static volatile sig_atomic_t g_count = 0, g_caught = 0, g_quiet = 0;
 static volatile sig_atomic_t g_child = 0, g_ready = 0, g_pending = 0;
 static char g_own_file[4096]; /* the stop file this process made */
+static char g_path[4096];     /* DTRAIN_STOP_FILE, read at install (handlers never call getenv) */
+static bool g_ompi;           /* started by Open MPI's mpirun */
+static bool g_enabled = true; /* the run stops at a step boundary (else a signal ends it as before) */
+
+void dt_stop_enable(bool on) { g_enabled = on; }
+
+static void remember_env(void) {
+    const char *p = getenv(STOP_FILE_ENV);
+    snprintf(g_path, sizeof g_path, "%s", p ? p : "");
+    g_ompi = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+}
 static bool g_mask[65] = {[SIGTERM] = true, [SIGINT] = true, [SIGUSR1] = true}; /* --stop-signals */
 
 void dt_stop_configure(const bool *mask, int n) {
     for (int s = 1; s < 65; s++) g_mask[s] = s < n && mask[s];
 }
 
-static void install(void (*fn)(int)) {
+static void install(void (*fn)(int), void (*info)(int, siginfo_t *, void *)) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = fn;
-    sa.sa_flags = SA_RESTART;
+    if (info) sa.sa_sigaction = info;
+    else sa.sa_handler = fn;
+    sa.sa_flags = SA_RESTART | (info ? SA_SIGINFO : 0);
     sigemptyset(&sa.sa_mask);
     for (int s = 1; s < 65; s++)
         if (g_mask[s] || s == DT_STOP_FORWARD_SIGNAL) sigaction(s, &sa, NULL);
@@ -202,9 +214,8 @@ static void say(const char *s) {
 
 /* The signal the stop file names (written by whoever caught it first), or 0. */
 static int forwarded_signal(void) {
-    const char *path = getenv(STOP_FILE_ENV);
-    if (!path) return 0;
-    int fd = open(path, O_RDONLY);
+    if (!g_path[0]) return 0;
+    int fd = open(g_path, O_RDONLY);
     if (fd < 0) return 0;
     char b[16] = "";
     ssize_t k = read(fd, b, sizeof b - 1);
@@ -220,8 +231,13 @@ static int forwarded_signal(void) {
 #define MERGE_S 0.5
 static double g_last_at = -1e9;
 
-static void on_rank_signal(int sig) {
+static void on_rank_signal(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
     int saved = errno;
+    /* mpirun ending the job (a rank died, or mpirun itself was signalled)
+     * sends SIGTERM: stop if there is time, without a line for a job that is
+     * going down anyway. */
+    bool from_mpirun = sig == SIGTERM && si && si->si_pid == getppid() && g_ompi;
     int named = sig == DT_STOP_FORWARD_SIGNAL ? forwarded_signal() : sig;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -234,7 +250,7 @@ static void on_rank_signal(int sig) {
     int n = ++g_count;
     if (n == 1) {
         dt_train_request_stop(named);
-        say("dtrain: stopping at the next step boundary, after a checkpoint (a second signal does nothing more, a third ends at once)\n");
+        if (!from_mpirun) say("dtrain: stopping at the next step boundary, after a checkpoint (a second signal does nothing more, a third ends at once)\n");
     } else if (n == 2) {
         say("dtrain: already stopping (the checkpoint is being written); one more signal ends at once\n");
     } else {
@@ -245,8 +261,10 @@ static void on_rank_signal(int sig) {
 }
 
 void dt_stop_install_rank(bool quiet) {
+    if (!g_enabled) return;
     g_quiet = quiet;
-    install(on_rank_signal);
+    remember_env();
+    install(NULL, on_rank_signal);
 }
 
 void dt_stop_quiet(bool quiet) { g_quiet = quiet; }
@@ -254,9 +272,8 @@ void dt_stop_quiet(bool quiet) { g_quiet = quiet; }
 static void on_forward_signal(int sig) {
     int saved = errno;
     if (!g_caught) g_caught = sig;
-    const char *path = getenv(STOP_FILE_ENV);
-    if (sig != DT_STOP_FORWARD_SIGNAL && ++g_count == 1 && path) {
-        int fd = open(path, O_WRONLY | O_TRUNC);
+    if (sig != DT_STOP_FORWARD_SIGNAL && ++g_count == 1 && g_path[0]) {
+        int fd = open(g_path, O_WRONLY | O_TRUNC);
         if (fd >= 0) {
             char b[16];
             int k = 0, v = sig;
@@ -269,8 +286,13 @@ static void on_forward_signal(int sig) {
         }
     }
     /* Before the child can take it, SIGUSR2 would end it: held until ready. */
-    if (g_child > 0 && g_ready) kill((pid_t)g_child, DT_STOP_FORWARD_SIGNAL);
-    else g_pending++;
+    if (!g_enabled) {
+        if (g_child > 0) kill((pid_t)g_child, sig); /* as before: the job ends at once */
+    } else if (g_child > 0 && g_ready) {
+        kill((pid_t)g_child, DT_STOP_FORWARD_SIGNAL);
+    } else {
+        g_pending++;
+    }
     errno = saved;
 }
 
@@ -287,7 +309,8 @@ void dt_stop_install_forward(void) {
             snprintf(g_own_file, sizeof g_own_file, "%s", path);
         }
     }
-    install(on_forward_signal);
+    remember_env();
+    install(on_forward_signal, NULL);
 }
 
 void dt_stop_forward_to(int pid, bool ready) {
