@@ -4,6 +4,7 @@
 
 #include "dtrain/config.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -79,7 +80,8 @@ static void step_hook(void *ctx, int rank, int64_t step, dt_step_point at, doubl
              * spent before its gradients are ready, as on a slower machine. */
             double extra = prev_compute_s * (in->factor - 1.0);
             struct timespec ts = {(time_t)extra, (long)((extra - (double)(time_t)extra) * 1e9)};
-            nanosleep(&ts, NULL);
+            while (nanosleep(&ts, &ts) < 0 && errno == EINTR) { /* a stop signal does not make the machine faster */
+            }
         }
     }
 }

@@ -228,7 +228,7 @@ static int forwarded_signal(void) {
 /* Copies of one signal arrive close together (the launcher's SIGUSR2 beside
  * the signal itself when the whole job was signalled, as Slurm does): those
  * within MERGE_S of the previous one count once. */
-#define MERGE_S 0.5
+#define MERGE_S 0.1
 static double g_last_at = -1e9;
 
 static void on_rank_signal(int sig, siginfo_t *si, void *uc) {

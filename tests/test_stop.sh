@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Stopping well (issue 22): a stop signal at a random step, to the process
+# the user has (the launcher, a rank, mpirun, the supervisor), stops every
+# rank at one step boundary with a checkpoint and exit 75, and --resume auto
+# then gives weights bitwise equal to an uninterrupted run; in every layout of
+# the synchronous driver at -n 1, 2 and 4. Also: a third signal ends at once
+# and the previous checkpoint resumes; a signal before the first step; a
+# time limit; loss spikes (rewind = a run told to skip those batches, skip,
+# stop, --max-rewinds); bad input. STOP_SEED picks the steps (printed).
+source "$(dirname "$0")/lib.sh" "$@"
+seed=${STOP_SEED:-$$}
+RANDOM=$seed
+echo "stop steps drawn with STOP_SEED=$seed"
+B="--model mlp --steps 160 --eval-every 0 --log-every 5 --quiet"
+
+last_step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2; }
+past() { local s; s=$(last_step "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ]; }
+# the dtrain that `timeout` ($1) runs
+child() { pgrep -P "$1" | head -1; }
+# the pid to signal: the launcher (the dtrain we started), rank1, mpirun
+target() {
+  case $2 in
+    launcher) child "$1" ;;
+    rank1) rank_pid "$tmp/$3\$" 1 ;;
+    mpirun) pgrep -P "$(child "$1")" -x mpirun ;;
+  esac
+}
+
+# stop_resume REF NAME SIG WHO FLAGS...: REF is the uninterrupted run of FLAGS;
+# NAME gets SIG at a random step through WHO, then resumes.
+stop_resume() {
+  local ref=$1 name=$2 sig=$3 who=$4; shift 4
+  local k=$((20 + RANDOM % 80))
+  timeout 300 "$dt" train "$@" --out "$tmp/$name" > "$tmp/$name.log" 2>&1 &
+  local pid=$!
+  if ! wait_until 120 past "$tmp/$name" "$k"; then fail "$name: never reached step $k"; kill -9 $pid; wait $pid; return 1; fi
+  local to; to=$(target $pid "$who" "$name")
+  [ -n "$to" ] && kill -s "$sig" $to
+  wait $pid; local rc=$?
+  local line; line=$(grep "stopped at step" "$tmp/$name.log")
+  if [ $rc -ne 75 ] || ! grep -q "on SIG$sig; checkpoint .*; resume with --resume auto" <<<"$line"; then
+    fail "$name: SIG$sig to the $who at step >= $k: rc=$rc:"; tail -3 "$tmp/$name.log" | indent; return 1; fi
+  local at; at=$(grep -o 'stopped at step [0-9]*' <<<"$line" | grep -o '[0-9]*$')
+  run "$name" "$@" --resume auto || return 1
+  local d; d=$("$dt" diff "$tmp/$ref/model.safetensors" "$tmp/$name/model.safetensors" 2>&1)
+  if [ $? -eq 0 ]; then ok "$name: SIG$sig to the $who (step >= $k) stopped every rank at step $at (exit 75); resumed: bitwise equal to $ref"
+  else fail "$name: resumed after step $at differs from $ref:"; indent <<<"$d"; fi
+}
+
+# ---- every layout of the synchronous driver ----------------------------------
+layout() { # NAME SIG WHO FLAGS...
+  local name=$1 sig=$2 who=$3; shift 3
+  run "${name}_ref" $B "$@" && stop_resume "${name}_ref" "$name" "$sig" "$who" $B "$@"
+}
+layout n1 TERM launcher
+layout n1_adamw INT launcher --optim adamw --lr 0.001
+layout n2_zero0 TERM launcher -n 2
+layout n2_zero1 USR1 rank1 -n 2 --zero 1
+layout n2_zero2 TERM mpirun -n 2 --zero 2
+layout n2_topk TERM launcher -n 2 --compress topk:0.05
+layout n2_tp INT launcher -n 2 --tp 2
+layout n2_pp TERM rank1 -n 2 --pp 2 --micro-batches 4
+layout n2_local TERM launcher -n 2 --strategy localsgd:5 --ckpt-dir "$tmp/n2_local_ck" --ckpt-every 50
+layout n4_zero1 TERM launcher -n 4 --zero 1
+layout n4_hybrid USR1 launcher -n 4 --pp 2 --tp 2 --micro-batches 2
+
+# ---- the supervisor: a requested stop is a stop, not a crash -----------------
+run sup_ref $B -n 2 && {
+  timeout 300 "$dt" train $B -n 2 --max-restarts 3 --ckpt-dir "$tmp/sup_ck" --ckpt-every 50 --out "$tmp/sup" > "$tmp/sup.log" 2>&1 &
+  pid=$!
+  wait_until 120 past "$tmp/sup" 60 && kill -TERM "$(child $pid)"; wait $pid; rc=$?
+  if [ $rc -eq 75 ] && grep -q "stopped on request with a checkpoint; not restarting" "$tmp/sup.log" && ! grep -q "restarting from" "$tmp/sup.log"; then
+    run sup $B -n 2 --ckpt-dir "$tmp/sup_ck" --ckpt-every 50 --resume auto &&
+      { "$dt" diff "$tmp/sup_ref/model.safetensors" "$tmp/sup/model.safetensors" >/dev/null &&
+        ok "supervisor: SIGTERM stopped the job (exit 75, no restart); resumed bitwise equal" || fail "supervisor: resumed run differs"; }
+  else fail "supervisor: rc=$rc:"; tail -3 "$tmp/sup.log" | indent; fi
+}
+
+# ---- a third signal ends at once; the previous checkpoint is whole ----------
+# Steps made slow (--inject slow) so that the signals land in one step.
+S="--model mlp --steps 40 --eval-every 0 --log-every 1 --quiet -n 2 --ckpt-every 2"
+run third_ref $S --ckpt-dir "$tmp/third_ref_ck" && {
+  timeout 300 "$dt" train $S --ckpt-dir "$tmp/third_ck" --inject slow:rank=0:factor=300 --out "$tmp/third" > "$tmp/third.log" 2>&1 &
+  pid=$!
+  # a step line is written as the next (slow) step begins: the three land in it
+  wait_until 120 past "$tmp/third" 3 && { l=$(child $pid); kill -INT $l; sleep 0.15; kill -INT $l; sleep 0.15; kill -INT $l; }
+  wait $pid; rc=$?
+  newest=$(ls -d "$tmp"/third_ck/ckpt-* 2>/dev/null | tail -1)
+  if [ $rc -ne 75 ] && grep -q "already stopping" "$tmp/third.log" && grep -q "third stop signal: ending now" "$tmp/third.log" &&
+     [ -n "$newest" ] && "$dt" inspect "$newest" > /dev/null; then
+    run third $S --ckpt-dir "$tmp/third_ck" --resume auto &&
+      { "$dt" diff "$tmp/third_ref/model.safetensors" "$tmp/third/model.safetensors" >/dev/null &&
+        ok "three SIGINTs in one step: ended at once (rc $rc), newest checkpoint $(basename "$newest") whole; resumed bitwise equal" ||
+        fail "third signal: resumed run differs"; }
+  else fail "third signal: rc=$rc:"; tail -4 "$tmp/third.log" | indent; fi
+  # SIGKILL 1 s after SIGTERM (Slurm's KillWait, shortened): the newest whole checkpoint is used
+  timeout 300 "$dt" train $S --ckpt-dir "$tmp/kill_ck" --inject slow:rank=0:factor=300 --out "$tmp/kill" > "$tmp/kill.log" 2>&1 &
+  pid=$!
+  wait_until 120 past "$tmp/kill" 3 && { kill -TERM "$(child $pid)"; sleep 1; pkill -9 -f "$tmp/kill\$"; }
+  wait $pid
+  run kill $S --ckpt-dir "$tmp/kill_ck" --resume auto &&
+    { "$dt" diff "$tmp/third_ref/model.safetensors" "$tmp/kill/model.safetensors" >/dev/null &&
+      ok "SIGKILL 1 s after SIGTERM: resumed from $(grep -o 'ckpt-[0-9]*' "$tmp/kill.log" | tail -1), bitwise equal" ||
+      fail "SIGKILL after SIGTERM: resumed run differs"; }
+}
+
+# ---- a signal before the first step --------------------------------------------
+timeout 300 "$dt" train $B -n 2 --out "$tmp/early" > "$tmp/early.log" 2>&1 &
+pid=$!
+wait_until 60 child $pid > /dev/null; l=$(child $pid)
+wait_until 60 pgrep -P "$l" -x mpirun > /dev/null; kill -TERM "$l"; wait $pid; rc=$?
+if [ $rc -eq 75 ] && grep -q "stopped at step 1 on SIGTERM" "$tmp/early.log"; then
+  run early $B -n 2 --resume auto && { "$dt" diff "$tmp/n2_zero0_ref/model.safetensors" "$tmp/early/model.safetensors" >/dev/null &&
+    ok "SIGTERM before MPI was up: held by the launcher, stopped after step 1; resumed bitwise equal" || fail "early: differs"; }
+else fail "signal before the first step: rc=$rc:"; tail -3 "$tmp/early.log" | indent; fi
+
+# ---- a time limit ----------------------------------------------------------------
+T="--model mlp --hidden 64 --steps 4000 --eval-every 0 --quiet"
+run tl_ref $T && {
+  t0=$(date +%s%N)
+  timeout 300 "$dt" train $T --time-limit 2s --out "$tmp/tl" > "$tmp/tl.log" 2>&1; rc=$?
+  el=$((($(date +%s%N) - t0) / 1000000))
+  at=$(grep -o "stopped at step [0-9]* before the time limit" "$tmp/tl.log")
+  if [ $rc -eq 75 ] && [ -n "$at" ] && [ $el -lt 2000 ]; then
+    run tl $T --resume auto &&
+      { "$dt" diff "$tmp/tl_ref/model.safetensors" "$tmp/tl/model.safetensors" >/dev/null &&
+        ok "--time-limit 2s: $at, after $el ms (exit 75); resumed bitwise equal" ||
+        fail "time limit: resumed run differs"; }
+  else fail "--time-limit 2s: rc=$rc after $el ms:"; tail -3 "$tmp/tl.log" | indent; fi
+}
+
+# ---- loss spikes ----------------------------------------------------------------
+D="--model mlp --steps 400 --eval-every 0 --quiet"
+run sp_clean $D && run sp_rewind $D -n 2 --inject spike:step=150:scale=1000 --on-divergence rewind:30:50 \
+  --ckpt-dir "$tmp/sp_ck" --ckpt-every 20 && run sp_told $D -n 2 --skip-batches 150:50 && {
+  w=$("$dt" diff "$tmp/sp_told/model.safetensors" "$tmp/sp_rewind/model.safetensors" 2>&1); wrc=$?
+  a0=$(acc "$tmp/sp_clean"); a1=$(acc "$tmp/sp_rewind")
+  grep -q '"event":"rewind","step":150,"to_step":120,"batches":50' "$tmp/sp_rewind/metrics.jsonl" && [ $wrc -eq 0 ] &&
+    awk -v a="$a0" -v b="$a1" 'BEGIN { d = a - b; exit !(d < 0.005 && d > -0.005) }' &&
+    ok "spike at batch 150, rewind:30:50: back to step 120, 50 batches skipped; bitwise equal to --skip-batches 150:50; accuracy $a1 vs $a0 without the spike" ||
+    { fail "rewind: accuracy $a1 vs $a0, diff rc $wrc:"; indent <<<"$w"; grep event "$tmp/sp_rewind/metrics.jsonl" | indent; }
+}
+run sp_skip $D -n 2 --zero 1 --inject spike:step=150:scale=1000 --on-divergence skip && {
+  grep -q "divergence at step 150: .*its update is dropped on every rank (skip 1" "$tmp/sp_skip.log" &&
+    grep -q '"event":"skip","step":150' "$tmp/sp_skip/metrics.jsonl" && ok "skip: step 150's update dropped on both ranks, run finished (accuracy $(acc "$tmp/sp_skip"))" ||
+    { fail "skip:"; tail -3 "$tmp/sp_skip.log" | indent; }
+}
+err=$("$dt" train $D --inject spike:step=150:scale=1e30 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q "the loss became .* at step 15[0-9]" <<<"$err" && ok "stop (the default): $err" || fail "stop: rc=$rc $err"
+err=$("$dt" train $D --inject spike:step=150:scale=1000 --on-divergence rewind:30:50 --ckpt-dir "$tmp/mr_ck" --ckpt-every 20 --max-rewinds 0 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q "after 0 skips and rewinds (--max-rewinds 0): giving up" <<<"$err" && ok "--max-rewinds exhausted: $(tail -1 <<<"$err")" || fail "max-rewinds: rc=$rc $err"
+
+# ---- bad input ------------------------------------------------------------------
+expect "expected a duration such as 90, 90s" $B --time-limit 10x
+expect "rewind goes back to a checkpoint: it needs --ckpt-dir DIR" $B --on-divergence rewind
+expect "SIGKILL cannot be caught" $B --stop-signals KILL
+expect "'BOGUS' is not a signal" $B --stop-signals TERM,BOGUS
+expect "expected stop, skip or rewind" $B --on-divergence later
+expect "expected STEP:COUNT" $B --skip-batches 10
+expect "are for the synchronous strategies" $B --strategy hogwild --threads 2 --on-divergence skip
+finish
