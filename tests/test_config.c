@@ -81,6 +81,11 @@ static const row rows[] = {
     {"staleness-lr", NULL, "true", "maybe", "--staleness-lr takes no value, or true or false"},
     {"dc-asgd", "0.5", "0.5", "-1", "--dc-asgd -1 is out of range"},
     {"resume", "auto", "auto", NULL, NULL},
+    {"on-divergence", "rewind:50", "rewind:50:200", "rewind:0", "K (steps back) must be a whole number >= 1"},
+    {"spike-z", "4.5", "4.5", "-1", "--spike-z -1 is out of range"},
+    {"spike-window", "20", "20", "1", "--spike-window 1 is out of range [2, 100000]"},
+    {"max-rewinds", "0", "0", "-1", "--max-rewinds -1 is out of range"},
+    {"skip-batches", "150:50,400:10", "150:50,400:10", "150", "expected STEP:COUNT"},
 };
 enum { N_ROWS = sizeof rows / sizeof rows[0] };
 

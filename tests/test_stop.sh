@@ -11,7 +11,10 @@ source "$(dirname "$0")/lib.sh" "$@"
 seed=${STOP_SEED:-$$}
 RANDOM=$seed
 echo "stop steps drawn with STOP_SEED=$seed"
-B="--model mlp --steps 160 --eval-every 0 --log-every 5 --quiet"
+B="--model mlp --hidden 128 --steps 120 --eval-every 0 --log-every 2 --quiet"
+# The stopped runs are slowed (sleeps only: the numbers do not change) so the
+# signal lands well before their end.
+SLOW="--inject slow:rank=0:factor=10"
 
 last_step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2; }
 past() { local s; s=$(last_step "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ]; }
@@ -30,8 +33,8 @@ target() {
 # NAME gets SIG at a random step through WHO, then resumes.
 stop_resume() {
   local ref=$1 name=$2 sig=$3 who=$4; shift 4
-  local k=$((20 + RANDOM % 80))
-  timeout 300 "$dt" train "$@" --out "$tmp/$name" > "$tmp/$name.log" 2>&1 &
+  local k=$((10 + RANDOM % 60))
+  timeout 300 "$dt" train "$@" $SLOW --out "$tmp/$name" > "$tmp/$name.log" 2>&1 &
   local pid=$!
   if ! wait_until 120 past "$tmp/$name" "$k"; then fail "$name: never reached step $k"; kill -9 $pid; wait $pid; return 1; fi
   local to; to=$(target $pid "$who" "$name")
@@ -66,9 +69,9 @@ layout n4_hybrid USR1 launcher -n 4 --pp 2 --tp 2 --micro-batches 2
 
 # ---- the supervisor: a requested stop is a stop, not a crash -----------------
 run sup_ref $B -n 2 && {
-  timeout 300 "$dt" train $B -n 2 --max-restarts 3 --ckpt-dir "$tmp/sup_ck" --ckpt-every 50 --out "$tmp/sup" > "$tmp/sup.log" 2>&1 &
+  timeout 300 "$dt" train $B $SLOW -n 2 --max-restarts 3 --ckpt-dir "$tmp/sup_ck" --ckpt-every 50 --out "$tmp/sup" > "$tmp/sup.log" 2>&1 &
   pid=$!
-  wait_until 120 past "$tmp/sup" 60 && kill -TERM "$(child $pid)"; wait $pid; rc=$?
+  wait_until 120 past "$tmp/sup" 40 && kill -TERM "$(child $pid)"; wait $pid; rc=$?
   if [ $rc -eq 75 ] && grep -q "stopped on request with a checkpoint; not restarting" "$tmp/sup.log" && ! grep -q "restarting from" "$tmp/sup.log"; then
     run sup $B -n 2 --ckpt-dir "$tmp/sup_ck" --ckpt-every 50 --resume auto &&
       { "$dt" diff "$tmp/sup_ref/model.safetensors" "$tmp/sup/model.safetensors" >/dev/null &&
@@ -78,9 +81,9 @@ run sup_ref $B -n 2 && {
 
 # ---- a third signal ends at once; the previous checkpoint is whole ----------
 # Steps made slow (--inject slow) so that the signals land in one step.
-S="--model mlp --steps 40 --eval-every 0 --log-every 1 --quiet -n 2 --ckpt-every 2"
+S="--model mlp --hidden 128 --steps 20 --eval-every 0 --log-every 1 --quiet -n 2 --ckpt-every 2"
 run third_ref $S --ckpt-dir "$tmp/third_ref_ck" && {
-  timeout 300 "$dt" train $S --ckpt-dir "$tmp/third_ck" --inject slow:rank=0:factor=300 --out "$tmp/third" > "$tmp/third.log" 2>&1 &
+  timeout 300 "$dt" train $S --ckpt-dir "$tmp/third_ck" --inject slow:rank=0:factor=1000 --out "$tmp/third" > "$tmp/third.log" 2>&1 &
   pid=$!
   # a step line is written as the next (slow) step begins: the three land in it
   wait_until 120 past "$tmp/third" 3 && { l=$(child $pid); kill -INT $l; sleep 0.15; kill -INT $l; sleep 0.15; kill -INT $l; }
@@ -94,7 +97,7 @@ run third_ref $S --ckpt-dir "$tmp/third_ref_ck" && {
         fail "third signal: resumed run differs"; }
   else fail "third signal: rc=$rc:"; tail -4 "$tmp/third.log" | indent; fi
   # SIGKILL 1 s after SIGTERM (Slurm's KillWait, shortened): the newest whole checkpoint is used
-  timeout 300 "$dt" train $S --ckpt-dir "$tmp/kill_ck" --inject slow:rank=0:factor=300 --out "$tmp/kill" > "$tmp/kill.log" 2>&1 &
+  timeout 300 "$dt" train $S --ckpt-dir "$tmp/kill_ck" --inject slow:rank=0:factor=1000 --out "$tmp/kill" > "$tmp/kill.log" 2>&1 &
   pid=$!
   wait_until 120 past "$tmp/kill" 3 && { kill -TERM "$(child $pid)"; sleep 1; pkill -9 -f "$tmp/kill\$"; }
   wait $pid
@@ -105,7 +108,7 @@ run third_ref $S --ckpt-dir "$tmp/third_ref_ck" && {
 }
 
 # ---- a signal before the first step --------------------------------------------
-timeout 300 "$dt" train $B -n 2 --out "$tmp/early" > "$tmp/early.log" 2>&1 &
+timeout 300 "$dt" train $B $SLOW -n 2 --out "$tmp/early" > "$tmp/early.log" 2>&1 &
 pid=$!
 wait_until 60 child $pid > /dev/null; l=$(child $pid)
 wait_until 60 pgrep -P "$l" -x mpirun > /dev/null; kill -TERM "$l"; wait $pid; rc=$?
