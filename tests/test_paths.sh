@@ -62,6 +62,18 @@ path crash_restart -n 2 $MLP --ckpt-dir "$tmp/ckcr" --ckpt-every 2 --max-restart
 "$dt" train -n 3 $MLP --timeout 2 --inject hang:rank=2:step=3 --out "$tmp/hang" > "$tmp/hang.log" 2>&1; rc=$?
 if [ $rc -eq 3 ] && grep -q "rank 2 did not" "$tmp/hang.log"; then ok "hang diagnosed: $(grep -o 'ranks* [0-9, ]* reached it.*' "$tmp/hang.log" | head -1)"
 else fail "hang: rc=$rc, want 3 and 'rank 2 did not':"; tail -5 "$tmp/hang.log" | indent; fi
+# ---- stopping: a signal (checkpoint, exit 75, resume), a time limit, a rewind, a skip ---
+"$dt" train -n 2 --zero 1 $MLP --steps 400 --inject slow:rank=0:factor=20 --out "$tmp/stop" > "$tmp/stop.log" 2>&1 &
+sp=$!
+wait_until 120 grep -q '"step"' "$tmp/stop/metrics.jsonl" 2>/dev/null; kill -TERM $sp; wait $sp; rc=$?
+if [ $rc -eq 75 ] && grep -q "stopped at step [0-9]* on SIGTERM; checkpoint" "$tmp/stop.log"; then
+  path stop -n 2 --zero 1 $MLP --steps 400 --resume auto
+else fail "stop on SIGTERM: rc=$rc:"; tail -3 "$tmp/stop.log" | indent; fi
+"$dt" train $MLP --steps 1000000 --time-limit 3s --out "$tmp/tl" > "$tmp/tl.log" 2>&1; rc=$?
+[ $rc -eq 75 ] && grep -q '"stopped":true' "$tmp/tl/metrics.jsonl" && ok "time limit: $(grep -o 'stopped at step [0-9]* before the time limit' "$tmp/tl.log")" ||
+  { fail "time limit: rc=$rc:"; tail -3 "$tmp/tl.log" | indent; }
+path rewind -n 2 $MLP --steps 20 --inject spike:step=12:scale=1e30 --on-divergence rewind:4:3 --ckpt-dir "$tmp/ckrw" --ckpt-every 4
+path skip -n 2 --zero 2 $MLP --steps 20 --inject spike:step=12:scale=1e30 --on-divergence skip
 # ---- the other commands on what the runs left --------------------------------------------
 "$dt" eval --weights "$tmp/dp1_ckpt/model.safetensors" > "$tmp/eval.log" 2>&1 && ok "eval: $(cat "$tmp/eval.log")" || { fail "eval:"; indent < "$tmp/eval.log"; }
 "$dt" export "$tmp/cktp/ckpt-0000000006" --out "$tmp/exp.safetensors" > "$tmp/exp.log" 2>&1 &&
