@@ -191,10 +191,38 @@ static dt_status maybe_evaluate(tr_run *r, int64_t step) {
     return r->lead ? tr_report_eval(c, &e) : DT_OK;
 }
 
-/* Under --on-divergence skip the verdict comes before the update (which a
- * spike drops); otherwise after it, in the all-reduce of the loss the step
- * always made. A rewind or a stop ends the step early: the loop reads
- * r->stop.rewind_to and r->res->stopped_at. */
+/* After the update (every mode but skip): the verdict in the loss's
+ * all-reduce. A spike rewinds, or ends the run under stop. */
+static dt_status judge(tr_run *r, int64_t step, double loss_d, tr_verdict *v, bool *spike) {
+    char why[256];
+    dt_status st = tr_vote(r, loss_d, false, v);
+    if (st || !(*spike = tr_spike(r, v, why, sizeof why))) return st;
+    if (r->c->diverge.mode == DT_DIVERGE_REWIND) return tr_rewind(r, step, v->loss, why);
+    if (!isfinite(v->loss))
+        return dt_errorf(DT_ERR_INVALID, "the loss became %f at step %lld: lower --lr or set --clip (or --on-divergence "
+                         "skip|rewind)", v->loss, (long long)step);
+    return dt_errorf(DT_ERR_INVALID, "divergence at step %lld: %s; stopping (--on-divergence stop; skip or rewind would go "
+                     "on)", (long long)step, why);
+}
+
+/* Reduce and update, or under --on-divergence skip first the verdict (its
+ * collectives waited for, the gradient's finiteness in the vote), and no
+ * update when it is a spike. *voted: v holds the verdict. */
+static dt_status update(tr_run *r, int64_t step, float lr, double loss_d, tr_verdict *v, bool *voted, bool *spike) {
+    char why[256];
+    dt_status st = DT_OK;
+    *voted = r->c->diverge.mode == DT_DIVERGE_SKIP;
+    *spike = false;
+    if (*voted) {
+        if ((st = dt_dp_wait(r->dp)) || (st = tr_vote(r, loss_d, !dt_dp_grad_finite(r->dp), v))) return st;
+        if ((*spike = tr_spike(r, v, why, sizeof why))) return tr_skip_step(r, step, v->loss, why);
+    }
+    return reduce_update(r, step, lr);
+}
+
+/* A rewind or a stop ends the step early: the loop reads r->stop.rewind_to
+ * and r->res->stopped_at. A step whose spike was applied (the rewind comes
+ * after the update) is never checkpointed. */
 static dt_status step(tr_run *r, int64_t step) {
     const dt_train_cfg *c = r->c;
     dt_comm_set_step(r->world, step);
@@ -213,35 +241,18 @@ static dt_status step(tr_run *r, int64_t step) {
     t[1] = dt_now();
     float lr = dt_lr_at(&r->sched, step - 1);
     tr_verdict v;
-    char why[256];
-    bool voted = c->diverge.mode == DT_DIVERGE_SKIP, spike = false;
-    if (voted) {
-        if ((st = dt_dp_wait(r->dp)) || (st = tr_vote(r, loss_share(r, local_n, global_n, loss), !dt_dp_grad_finite(r->dp), &v)))
-            return st;
-        spike = tr_spike(r, &v, why, sizeof why);
-    }
-    if (spike) st = tr_skip_step(r, step, v.loss, why);
-    else st = reduce_update(r, step, lr);
-    if (st) return st;
+    bool voted, spike;
+    double loss_d = loss_share(r, local_n, global_n, loss);
+    if ((st = update(r, step, lr, loss_d, &v, &voted, &spike))) return st;
     t[2] = dt_now();
     if (r->trace) dt_trace_event(r->trace, "optimizer", DT_TRACE_COMPUTE, t[1], t[2], step, -1);
+    if (!voted && ((st = judge(r, step, loss_d, &v, &spike)) || spike)) return st; /* spike: rewound */
     if ((st = tr_ckpt_maybe_save(r, step))) return st;
-    if (!voted) {
-        if ((st = tr_vote(r, loss_share(r, local_n, global_n, loss), false, &v))) return st;
-        spike = tr_spike(r, &v, why, sizeof why);
-        if (spike && c->diverge.mode == DT_DIVERGE_REWIND) return tr_rewind(r, step, v.loss, why);
-        if (spike && !isfinite(v.loss))
-            return dt_errorf(DT_ERR_INVALID, "the loss became %f at step %lld: lower --lr or set --clip (or --on-divergence "
-                             "skip|rewind)", v.loss, (long long)step);
-        if (spike)
-            return dt_errorf(DT_ERR_INVALID, "divergence at step %lld: %s; stopping (--on-divergence stop; skip or rewind "
-                             "would go on)", (long long)step, why);
-    }
     if (!spike) tr_spike_push(r, v.loss);
     if ((st = account(r, local_n, global_n, spike ? NAN : v.loss, t, bwd_s, slept))) return st;
     tr_stop_timed(r, dt_now() - t[0]);
     if ((st = report_window(r, step, lr))) return st;
-    if (v.stopping) return tr_stop_save(r, step, &v);
+    if (v.stopping && step < r->total) return tr_stop_save(r, step, &v);
     return maybe_evaluate(r, step);
 }
 
