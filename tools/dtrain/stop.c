@@ -286,8 +286,13 @@ static void on_forward_signal(int sig) {
         }
     }
     /* Before the child can take it, SIGUSR2 would end it: held until ready. */
-    if (!g_enabled) {
-        if (g_child > 0) kill((pid_t)g_child, sig); /* as before: the job ends at once */
+    if (!g_enabled) { /* as before: the job ends at once */
+        if (g_child > 0) {
+            kill((pid_t)g_child, sig);
+        } else { /* no job yet: this process ends as the signal says */
+            signal(sig, SIG_DFL);
+            raise(sig);
+        }
     } else if (g_child > 0 && g_ready) {
         kill((pid_t)g_child, DT_STOP_FORWARD_SIGNAL);
     } else {
