@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Synchronous: every loss term weighs 1/(terms in the global batch) and the
  * collectives sum. Local SGD and gathered (robust) aggregation: each worker's
@@ -369,6 +370,9 @@ static dt_status finish(tr_run *r) {
     }
     /* A stopped run keeps its replicas' memory copies for the resume. */
     if (res->stopped_at < 0 && (st = tr_ckpt_net_end(r))) return st;
+    /* Where only a stop writes: no empty folder left in --out by a run that
+     * was not stopped (one holding an earlier stop's checkpoint stays). */
+    if (c->ckpt_stop_only && res->stopped_at < 0 && r->lead) rmdir(c->ckpt_dir);
     res->seconds = dt_now() - r->t0;
     res->steps = res->stopped_at >= 0 ? res->stopped_at : r->total;
     res->test_acc = r->acc;
