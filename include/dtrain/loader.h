@@ -52,6 +52,8 @@ void dt_loader_free(dt_loader *l); /* NULL ok */
 /* The next global batch of global_batch samples: this rank's shard into the
  * buffers (*local_n samples of the *global_n of the global batch). */
 void dt_loader_next(dt_loader *l, int global_batch, int *local_n, int *global_n);
+/* Passes over n global batches without loading them (the sampler moves on). */
+void dt_loader_skip(dt_loader *l, int global_batch, int64_t n);
 /* Samples 0..n-1 of the training set (wrapping), unshifted: a fixed batch for
  * profiling. n <= cap. */
 void dt_loader_first(dt_loader *l, int n);

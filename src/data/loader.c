@@ -84,6 +84,11 @@ void dt_loader_next(dt_loader *l, int global_batch, int *local_n, int *global_n)
     gather_train(l, *local_n, shift);
 }
 
+void dt_loader_skip(dt_loader *l, int global_batch, int64_t n) {
+    int local_n, global_n;
+    for (int64_t k = 0; k < n; k++) dt_sampler_next(&l->sampler, global_batch, l->idx, &local_n, &global_n);
+}
+
 void dt_loader_first(dt_loader *l, int n) {
     for (int i = 0; i < n; i++) l->idx[i] = i % l->d->n_train;
     gather_train(l, n, 0);

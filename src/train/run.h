@@ -58,7 +58,6 @@ typedef struct tr_stop {
 typedef struct tr_verdict {
     double loss;             /* the step's loss over the world */
     bool grad_bad;           /* some rank's share of the gradient is not finite (asked under skip) */
-    bool requested;          /* a rank was asked to stop */
     bool stopping;           /* stop after this step (request or deadline) */
     int stop;                /* the signal (0: none named), -1: the deadline */
 } tr_verdict;

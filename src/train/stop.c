@@ -121,11 +121,10 @@ dt_status tr_vote(tr_run *r, double loss_d, bool grad_bad, tr_verdict *v) {
          * launcher sends every rank the same). */
         long q = (long)x[1], sum = (long)x[2];
         v->stop = sig > 0 ? sig : sum % q == 0 ? (int)(sum / q) : 0;
-        v->requested = true;
     } else if (x[3] > 0) {
         v->stop = -1;
     }
-    v->stopping = v->requested || x[3] > 0;
+    v->stopping = x[1] > 0 || x[3] > 0;
     return DT_OK;
 }
 
@@ -196,8 +195,9 @@ dt_status tr_rewind(tr_run *r, int64_t step, double loss, const char *why) {
     char path[4096];
     double pick = 0;
     if (r->lead && upto >= 0 && dt_ckpt_find_latest_upto(c->ckpt_dir, upto, path, sizeof path) == DT_OK) {
-        dt_ckpt_state cs;
-        if (dt_ckpt_verify(path, &cs) == DT_OK) pick = (double)cs.step + 1;
+        const char *base = strrchr(path, '/'); /* verified already; its name gives the step */
+        long long found;
+        if (sscanf(base ? base + 1 : path, "ckpt-%lld", &found) == 1) pick = (double)found + 1;
     }
     if (r->n > 1 && (st = dt_allreduce_f64(r->world, &pick, 1))) return st;
     if (pick <= 0)

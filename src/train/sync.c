@@ -233,7 +233,7 @@ static dt_status step(tr_run *r, int64_t step) {
     tr_step_hook(c, r->rank, step, DT_STEP_COMPUTE, r->slow_prev); /* --inject slow: a slower machine */
     double slept = dt_now() - t[0];
     int local_n, global_n;
-    for (int64_t k = tr_skip_at(r, step); k > 0; k--) dt_sampler_next(&r->ld.sampler, c->batch, r->ld.idx, &local_n, &global_n);
+    dt_loader_skip(&r->ld, c->batch, tr_skip_at(r, step));
     dt_loader_next(&r->ld, c->batch, &local_n, &global_n);
     double loss = 0, bwd_s = 0;
     float scale = loss_scale(r, local_n, global_n) * tr_spike_scale(r, step);
