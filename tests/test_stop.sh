@@ -20,11 +20,11 @@ last_step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2>/dev/null | tail -1 |
 past() { local s; s=$(last_step "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ]; }
 # the dtrain that `timeout` ($1) runs
 child() { pgrep -P "$1" | head -1; }
-# the pid to signal: the launcher (the dtrain we started), rank1, mpirun
+# the pid to signal: the launcher (the dtrain we started), rankN, mpirun
 target() {
   case $2 in
     launcher) child "$1" ;;
-    rank1) rank_pid "$tmp/$3\$" 1 ;;
+    rank*) rank_pid "$tmp/$3\$" "${2#rank}" ;;
     mpirun) pgrep -P "$(child "$1")" -x mpirun ;;
   esac
 }
@@ -66,6 +66,52 @@ layout n2_pp TERM rank1 -n 2 --pp 2 --micro-batches 4
 layout n2_local TERM launcher -n 2 --strategy localsgd:5 --ckpt-dir "$tmp/n2_local_ck" --ckpt-every 50
 layout n4_zero1 TERM launcher -n 4 --zero 1
 layout n4_hybrid USR1 launcher -n 4 --pp 2 --tp 2 --micro-batches 2
+
+# ---- the parameter server: workers and servers stop at one clock -------------
+# (its steps are shorter: slowed more, so the signal lands before the end)
+P="--strategy ps"
+SLOW="--inject slow:rank=0:factor=100"
+layout ps_bsp TERM launcher $P -n 3
+layout ps_2srv TERM rank3 $P -n 4 --servers 2 --compress topk:0.05
+layout ps_adamw USR1 rank1 $P -n 4 --optim adamw --lr 0.001
+SLOW="--inject slow:rank=0:factor=10"
+# ASP with a slow worker: the fast one waits at the next checkpoint barrier,
+# where every worker stops; the resume is not bitwise (ASP never repeats itself)
+A="--model mlp --hidden 128 --steps 300 --eval-every 0 --log-every 2 --quiet --strategy ps -n 3 --consistency asp --ckpt-every 20"
+timeout 300 "$dt" train $A --ckpt-dir "$tmp/asp_ck" --inject slow:rank=1:factor=300 --out "$tmp/asp" > "$tmp/asp.log" 2>&1 &
+pid=$!
+wait_until 120 past "$tmp/asp" 10 && kill -TERM "$(child $pid)"; wait $pid; rc=$?
+at=$(grep -o "stopped at step [0-9]* on SIGTERM" "$tmp/asp.log" | grep -o "[0-9][0-9]*" | head -1)
+if [ $rc -eq 75 ] && [ -n "$at" ] && [ $((at % 20)) -eq 0 ] && [ -d "$tmp/asp_ck/ckpt-$(printf %010d "$at")" ]; then
+  run asp $A --ckpt-dir "$tmp/asp_ck" --resume auto && grep -q "resuming the parameter server from .*(step $at)" "$tmp/asp.log" &&
+    ok "ps ASP, worker 1 300x slower: SIGTERM stopped both workers at the barrier clock $at (exit 75); resumed to the end (accuracy $(acc "$tmp/asp"))" ||
+    fail "ps ASP: the resume did not start at step $at"
+else fail "ps ASP: rc=$rc:"; tail -3 "$tmp/asp.log" | indent; fi
+
+# ---- Hogwild!: the threads meet at one step boundary -------------------------
+# One thread repeats itself, so its resume is bitwise; two do not.
+H="--model mlp --hidden 64 --steps 6000 --eval-every 0 --log-every 100 --quiet --strategy hogwild"
+hogwild_stop() { # NAME SIG FLAGS...: a signal 1 s in, then --resume auto
+  local name=$1 sig=$2; shift 2
+  timeout 300 "$dt" train $H "$@" --out "$tmp/$name" > "$tmp/$name.stop.log" 2>&1 &
+  local pid=$!
+  sleep 1; kill -s "$sig" "$(child $pid)"; wait $pid; local rc=$?
+  grep -q "stopped at step [0-9]* on SIG$sig; checkpoint .*; resume with --resume auto" "$tmp/$name.stop.log" && [ $rc -eq 75 ] &&
+    run "$name" $H "$@" --resume auto && return 0
+  fail "$name: SIG$sig: rc=$rc:"; tail -3 "$tmp/$name.stop.log" | indent; return 1
+}
+run hw1_ref $H --threads 1 && hogwild_stop hw1 TERM --threads 1 && {
+  "$dt" diff "$tmp/hw1_ref/model.safetensors" "$tmp/hw1/model.safetensors" >/dev/null &&
+    ok "hogwild, 1 thread: SIGTERM $(grep -o 'stopped at step [0-9]*' "$tmp/hw1.stop.log") (exit 75); resumed bitwise equal" ||
+    fail "hogwild 1 thread: resumed run differs"; }
+run hw2_ref $H --threads 2 --optim adamw --lr 0.001 &&
+  hogwild_stop hw2 USR1 --threads 2 --optim adamw --lr 0.001 --ckpt-dir "$tmp/hw2_ck" --ckpt-every 1000 && {
+  a0=$(acc "$tmp/hw2_ref"); a1=$(acc "$tmp/hw2")
+  awk -v a="$a0" -v b="$a1" 'BEGIN { d = a - b; exit !(d < 0.02 && d > -0.02) }' &&
+    ok "hogwild, 2 threads, AdamW: SIGUSR1 stopped both at one step; resumed from every thread's moments, accuracy $a1 vs $a0" ||
+    fail "hogwild 2 threads: accuracy $a1 vs $a0"; }
+expect "was written by 2 hogwild threads; resume with --threads 2" $H --threads 3 --optim adamw --lr 0.001 \
+  --ckpt-dir "$tmp/hw2_ck" --resume auto
 
 # ---- the supervisor: a requested stop is a stop, not a crash -----------------
 run sup_ref $B -n 2 && {
@@ -132,6 +178,23 @@ run tl_ref $T && {
   else fail "--time-limit 2s: rc=$rc after $el ms:"; tail -3 "$tmp/tl.log" | indent; fi
 }
 
+# the parameter server and Hogwild! too
+t0=$(date +%s%N)
+timeout 300 "$dt" train $B $P -n 3 --inject slow:rank=0:factor=100 --time-limit 3s --out "$tmp/tl_ps" > "$tmp/tl_ps.log" 2>&1; rc=$?
+el=$((($(date +%s%N) - t0) / 1000000))
+at=$(grep -o "stopped at step [0-9]* before the time limit" "$tmp/tl_ps.log")
+if [ $rc -eq 75 ] && [ -n "$at" ] && [ $el -lt 3000 ]; then
+  run tl_ps $B $P -n 3 --resume auto &&
+    { "$dt" diff "$tmp/ps_bsp_ref/model.safetensors" "$tmp/tl_ps/model.safetensors" >/dev/null &&
+      ok "ps --time-limit 3s: $at, after $el ms (exit 75); resumed bitwise equal" || fail "ps time limit: resumed run differs"; }
+else fail "ps --time-limit 3s: rc=$rc after $el ms:"; tail -3 "$tmp/tl_ps.log" | indent; fi
+t0=$(date +%s%N)
+timeout 300 "$dt" train $H --threads 2 --steps 200000 --time-limit 2s --out "$tmp/tl_hw" > "$tmp/tl_hw.log" 2>&1; rc=$?
+el=$((($(date +%s%N) - t0) / 1000000))
+at=$(grep -o "stopped at step [0-9]* before the time limit" "$tmp/tl_hw.log")
+[ $rc -eq 75 ] && [ -n "$at" ] && [ $el -lt 2000 ] && "$dt" inspect "$tmp/tl_hw/ckpt/ckpt-$(printf %010d "${at//[^0-9]/}")" >/dev/null &&
+  ok "hogwild --time-limit 2s: $at, after $el ms, checkpoint whole" || { fail "hogwild --time-limit 2s: rc=$rc after $el ms:"; tail -3 "$tmp/tl_hw.log" | indent; }
+
 # ---- loss spikes ----------------------------------------------------------------
 D="--model mlp --steps 400 --eval-every 0 --quiet"
 run sp_clean $D && run sp_rewind $D -n 2 --inject spike:step=150:scale=1000 --on-divergence rewind:30:50 \
@@ -161,4 +224,5 @@ expect "'BOGUS' is not a signal" $B --stop-signals TERM,BOGUS
 expect "expected stop, skip or rewind" $B --on-divergence later
 expect "expected STEP:COUNT" $B --skip-batches 10
 expect "are for the synchronous strategies" $B --strategy hogwild --threads 2 --on-divergence skip
+expect "are for the synchronous strategies" $B --strategy ps -n 3 --on-divergence rewind --ckpt-dir "$tmp/x" --ckpt-every 5
 finish

@@ -26,18 +26,38 @@ extern "C" {
  * per thread). Called concurrently from different threads. */
 typedef void (*dt_hogwild_batch_fn)(void *ctx, int thread, int64_t step, dt_batch *out);
 
+/* Meetings, for checkpoints and stops. Every `every` steps (and at the end
+ * with at_end), and at the step
+ * boundary K fixed once stop_poll first returns nonzero (the furthest boundary
+ * a thread reaches next, so none goes back), every thread waits while one
+ * calls meet with the threads' optimizers (the weights hold still); after a
+ * stop's meeting the threads end. load sets the optimizers' state before the
+ * threads start (a resume). Any hook may be NULL. Per step: one uncontended
+ * lock; per meeting: two barriers. */
+typedef struct dt_hogwild_hooks {
+    void *ctx;
+    int64_t every;              /* 0: no periodic meetings */
+    bool at_end;                /* one more meeting after the last step */
+    int (*stop_poll)(void *ctx); /* a stop code, 0: none; called from the threads */
+    dt_status (*meet)(void *ctx, int64_t step, dt_optim *const *opts, int threads, int stop_code);
+    dt_status (*load)(void *ctx, dt_optim *const *opts, int threads);
+} dt_hogwild_hooks;
+
 typedef struct dt_hogwild_cfg {
     int threads;
-    int64_t steps;              /* steps per thread */
+    int64_t steps;              /* steps per thread, in all */
+    int64_t start;              /* steps done already (a resume): threads begin after them */
     int maxB;                   /* largest per-thread batch */
     dt_optim_cfg optim;
     dt_lr_sched sched;
 } dt_hogwild_cfg;
 
-/* Trains m (its w is the shared arena). loss[s] receives the mean over threads of
- * the loss at step s (steps entries; may be NULL). */
-dt_status dt_hogwild_train(dt_model *m, const dt_hogwild_cfg *cfg, dt_hogwild_batch_fn fn, void *ctx,
-                           double *loss);
+/* Trains m (its w is the shared arena) from step cfg->start on. loss[s]
+ * receives the mean over threads of the loss at step s (steps entries; may be
+ * NULL). hooks may be NULL. *stopped_at (may be NULL): the step every thread
+ * stopped after on a stop, -1 when they ran to the end; *stop_code its code. */
+dt_status dt_hogwild_train(dt_model *m, const dt_hogwild_cfg *cfg, dt_hogwild_batch_fn fn, void *ctx, double *loss,
+                           const dt_hogwild_hooks *hooks, int64_t *stopped_at, int *stop_code);
 
 #ifdef __cplusplus
 }

@@ -31,7 +31,16 @@
  * dropped: it writes the run's outputs, so losing it fails the server with
  * DT_ERR_TIMEOUT (and the supervisor restarts the job). Under BSP nothing is
  * dropped: a missing worker stops every step, and the workers' deadlines end
- * the job. */
+ * the job.
+ *
+ * Stopping at a consistent cut (dt_ps_client_request_stop, cfg.stop_poll):
+ * a stop code (1..255, the caller's meaning) travels in the workers' push
+ * headers and the servers' replies until server 0 hears of it. Server 0 then
+ * fixes the stop clock K: the furthest clock a running worker will next pull
+ * (or checkpoint) at, so no worker has to go back; its replies carry K, every
+ * worker runs to clock K, takes the checkpoint barrier there and finishes. A
+ * worker that already finished its last step (ASP, SSP) leaves no earlier cut:
+ * the others then run to the end. Costs nothing on a step without a stop. */
 #ifndef DTRAIN_PS_H
 #define DTRAIN_PS_H
 
@@ -78,7 +87,18 @@ typedef struct dt_ps_cfg {
      * delay with lambda (DC-ASGD), 0: off. */
     bool staleness_lr;
     float dc_lambda;
+    /* Server side: polled between requests; a stop code (1..255) when this
+     * process was asked to stop, 0 otherwise. NULL: never. */
+    int (*stop_poll)(void *ctx);
+    void *stop_ctx;
 } dt_ps_cfg;
+
+/* How a run stopped: the clock K every worker stopped at (-1: it ran to its
+ * end) and the stop code server 0 decided on. */
+typedef struct dt_ps_stop {
+    int64_t at;
+    int code;
+} dt_ps_stop;
 
 #define DT_PS_HIST 32           /* staleness histogram bins (the last collects the rest) */
 
@@ -95,9 +115,10 @@ void dt_ps_delay_compensate(float *g, const float *w_now, const float *w_read, s
  * the others which were dropped. m->w holds the initial parameters; on return
  * the server's range holds the final ones. hist counts applied gradients by
  * staleness. lost (W entries, or NULL): the clock at which each worker was
- * dropped, -1 for the ones that finished. */
+ * dropped, -1 for the ones that finished. stop (or NULL): whether the workers
+ * stopped early, and where. */
 dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const dt_optim_cfg *ocfg,
-                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost);
+                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost, dt_ps_stop *stop);
 
 typedef struct dt_ps_client dt_ps_client;
 dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg);
@@ -113,6 +134,13 @@ dt_status dt_ps_pull(dt_ps_client *c, int64_t clock, bool last);
 void dt_ps_block_done(void *client, int block);
 /* Pushes what is left, waits for the sends, zeroes the gradients. */
 dt_status dt_ps_push_end(dt_ps_client *c);
+/* Asks for a stop (code 1..255; the first one asked or heard of stays): this
+ * worker's next pushes carry it to the servers. */
+void dt_ps_client_request_stop(dt_ps_client *c, int code);
+/* The clock every worker stops at, once server 0 has fixed it (*code: the
+ * stop's code), else -1. Known after a dt_ps_pull; a worker whose pull for
+ * clock K has returned checkpoints at K (dt_ps_checkpoint) and finishes. */
+int64_t dt_ps_client_stop_at(const dt_ps_client *c, int *code);
 /* Checkpoint barrier: tells the servers this worker has pushed everything before
  * `clock` and waits until they have checkpointed that consistent cut. */
 dt_status dt_ps_checkpoint(dt_ps_client *c, int64_t clock);

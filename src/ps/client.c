@@ -14,7 +14,8 @@ struct dt_ps_client {
     size_t *lo, *len;
     int64_t clock;
     int64_t *read_clock;        /* per server: global clock of the last pull */
-    hdr *push_hdr, pull_hdr, *rep_hdr;
+    hdr *push_hdr, pull_hdr;
+    rep *rep_hdr;
     dt_req *push_req;           /* per server: header + data */
     bool *pushed;
     int next;                   /* ranges are pushed from the last down: next to push */
@@ -26,6 +27,9 @@ struct dt_ps_client {
     int64_t *lost;              /* per worker, after dt_ps_finish: clock when dropped, -1 */
     dt_gc *gc;                  /* compressed pushes (with this worker's error feedback), or NULL */
     uint8_t **enc;              /* per server: the encoding in flight */
+    int stop;                   /* the stop code asked for or heard of, 0 none */
+    int stop_code;              /* server 0's decision: its code and clock */
+    int64_t stop_at;
 };
 
 dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg) {
@@ -40,7 +44,7 @@ dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, c
     c->len = dt_calloc((size_t)c->S, sizeof(size_t));
     c->read_clock = dt_calloc((size_t)c->S, sizeof(int64_t));
     c->push_hdr = dt_calloc((size_t)c->S, sizeof(hdr));
-    c->rep_hdr = dt_calloc((size_t)c->S, sizeof(hdr));
+    c->rep_hdr = dt_calloc((size_t)c->S, sizeof(rep));
     c->push_req = dt_calloc((size_t)c->S * 2, sizeof(dt_req));
     c->pushed = dt_calloc((size_t)c->S, sizeof(bool));
     c->lost = dt_calloc((size_t)c->W, sizeof(int64_t));
@@ -55,6 +59,7 @@ dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, c
     for (int s = 0; s < c->S; s++) dt_ps_range_of(m->n, c->S, s, &c->lo[s], &c->len[s]);
     for (int w = 0; w < c->W; w++) c->lost[w] = -1;
     c->clock = cfg->start_clock - 1;
+    c->stop_at = -1;
     c->with_push = dt_ps_pull_with_push(cfg);
     c->pull_asked = c->with_push; /* the servers register the first pull */
     if (cfg->comp.comp.kind != DT_COMP_NONE) {
@@ -100,17 +105,25 @@ static dt_status recv_values(dt_ps_client *c, int64_t clock) {
     int S = c->S, W = c->W;
     dt_req *r = dt_calloc((size_t)S * 3, sizeof(dt_req));
     if (!r) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    c->pull_hdr = (hdr){REQ_PULL, clock, 0, 0};
+    c->pull_hdr = (hdr){REQ_PULL | (int64_t)c->stop << 8, clock, 0, 0};
     dt_status st = DT_OK;
     for (int s = 0; s < S && !st; s++) {
-        st = dt_irecv(c->c, &c->rep_hdr[s], sizeof(hdr), W + s, TAG_REP, &r[3 * s]);
+        st = dt_irecv(c->c, &c->rep_hdr[s], sizeof(rep), W + s, TAG_REP, &r[3 * s]);
         if (!st) st = dt_irecv(c->c, c->m->w + c->lo[s], c->len[s] * sizeof(float), W + s, TAG_VAL, &r[3 * s + 1]);
         if (!st && !asked) st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r[3 * s + 2]);
         else r[3 * s + 2].done = true;
     }
     /* A pull may wait for slower workers (BSP/SSP): no deadline beyond the comm's. */
     if (!st) st = dt_waitall_for(c->c, r, 3 * S, c->deadline, "parameter server pull");
-    for (int s = 0; s < S && !st; s++) c->read_clock[s] = c->rep_hdr[s].clock;
+    for (int s = 0; s < S && !st; s++) {
+        c->read_clock[s] = c->rep_hdr[s].clock;
+        /* A stop one server heard of goes on to the others in the pushes. */
+        if (!c->stop && c->rep_hdr[s].stop > 0 && c->rep_hdr[s].stop < 256) c->stop = (int)c->rep_hdr[s].stop;
+    }
+    if (!st && c->stop_at < 0 && c->rep_hdr[0].stop_at >= 0) {
+        c->stop_at = c->rep_hdr[0].stop_at;
+        c->stop_code = (int)c->rep_hdr[0].stop;
+    }
     dt_free(r);
     return st;
 }
@@ -126,7 +139,8 @@ dt_status dt_ps_pull(dt_ps_client *c, int64_t clock, bool last) {
 }
 
 static dt_status push_range(dt_ps_client *c, int s) {
-    c->push_hdr[s] = (hdr){c->with_push && !c->last ? REQ_PUSH_PULL : REQ_PUSH, c->clock, c->read_clock[s], 0};
+    int64_t type = (c->with_push && !c->last ? REQ_PUSH_PULL : REQ_PUSH) | (int64_t)c->stop << 8;
+    c->push_hdr[s] = (hdr){type, c->clock, c->read_clock[s], 0};
     size_t bytes = 0;
     if (c->gc) {
         bytes = dt_gc_encode(c->gc, c->m->g, c->lo[s], c->lo[s] + c->len[s], c->enc[s],
@@ -162,8 +176,17 @@ dt_status dt_ps_push_end(dt_ps_client *c) {
     return st;
 }
 
+void dt_ps_client_request_stop(dt_ps_client *c, int code) {
+    if (!c->stop && code > 0 && code < 256) c->stop = code;
+}
+
+int64_t dt_ps_client_stop_at(const dt_ps_client *c, int *code) {
+    if (code) *code = c->stop_at >= 0 ? c->stop_code : 0;
+    return c->stop_at;
+}
+
 dt_status dt_ps_checkpoint(dt_ps_client *c, int64_t clock) {
-    hdr q = {REQ_CKPT, clock, 0, 0};
+    hdr q = {REQ_CKPT | (int64_t)c->stop << 8, clock, 0, 0};
     dt_status st = DT_OK;
     for (int s = 0; s < c->S && !st; s++) {
         dt_req r;
@@ -185,7 +208,9 @@ dt_status dt_ps_finish(dt_ps_client *c) {
      * the server registered: take it, so the server's reply completes. */
     dt_status st = c->pull_asked ? recv_values(c, c->clock + 1) : DT_OK;
     if (st) return st;
-    c->pull_hdr = (hdr){REQ_DONE, c->clock, 0, 0};
+    /* Stopped: the servers learn where (those that did not decide it). */
+    bool stopped = c->stop_at >= 0 && c->clock == c->stop_at;
+    c->pull_hdr = (hdr){REQ_DONE, c->clock, stopped ? c->stop_at : -1, 0};
     for (int s = 0; s < S && !st; s++) {
         dt_req r;
         st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r);

@@ -2,7 +2,10 @@
  * client (client.c) share, and the partition into key ranges.
  *
  * Messages, all on the world communicator:
- *   worker -> server  TAG_REQ   header {type, clock, read_clock, 0}
+ *   worker -> server  TAG_REQ   header {type | stop << 8, clock, read_clock, 0}
+ *                     (stop: the code of a stop this worker asks for or heard
+ *                     of, 0 none; REQ_DONE's read_clock: the clock the run
+ *                     stopped at, -1 when it ran to its end)
  *                     (PUSH_PULL, under BSP and SSP:0: a push that also asks
  *                     for step clock+1's values, so the pull is registered the
  *                     moment the push lands and no other worker's later push
@@ -12,7 +15,10 @@
  *                     SSP:K>0 the pull is asked for when the worker is about
  *                     to compute, so it reads the freshest values there are.)
  *   worker -> server  TAG_DATA  the range's gradient (after a PUSH header)
- *   server -> worker  TAG_REP   header {global clock, 0, 0, 0} then TAG_VAL the range's values
+ *   server -> worker  TAG_REP   rep {stop, global clock, stop_at, 0} then TAG_VAL the range's values
+ *                     (stop: a stop code this server knows of, 0 none;
+ *                     stop_at: server 0 only, the clock every worker stops
+ *                     at once one was asked for, -1 none; see server.c)
  *   server -> worker  TAG_BYE   at the end: int64[W], the clock each dropped worker was lost at, -1 others
  *   server -> rank 0  TAG_HIST, TAG_FINAL  the staleness histogram and the final range
  *   rank 0 -> all     TAG_RELEASE  after a run that lost workers: the outputs are written
@@ -31,6 +37,14 @@ enum { REQ_PULL = 1, REQ_PUSH = 2, REQ_DONE = 3, REQ_CKPT = 4, REQ_PUSH_PULL = 5
 typedef struct hdr {
     int64_t type, clock, read_clock, pad;
 } hdr;
+
+typedef struct rep {
+    int64_t stop, clock, stop_at, pad;
+} rep;
+
+/* A request header's kind and the stop code riding on it. */
+static inline int64_t dt_ps_req_type(int64_t t) { return t & 0xff; }
+static inline int dt_ps_req_stop(int64_t t) { return (int)((t >> 8) & 0xff); }
 
 /* Whether pulls ride on the pushes before them (see the top of the file): where
  * the consistency model fixes what a pull reads, BSP and SSP:0. */

@@ -27,7 +27,7 @@ typedef struct server {
     float **outbuf;             /* per worker: snapshot being sent */
     dt_req *out_req;            /* per worker: 2 sends (header, values) */
     bool *out_busy;
-    hdr *out_hdr;
+    rep *out_hdr;
     float *gin;                 /* receive buffer for one push */
     dt_gc *gc;                  /* compressed pushes: decoder (no error feedback), or NULL */
     uint8_t *ein;               /* its receive buffer */
@@ -41,6 +41,10 @@ typedef struct server {
     int64_t *ck_clock;          /* per worker: clock of a checkpoint request, -1 none */
     int64_t pushes;             /* ASP/SSP: pushes applied */
     int64_t *read_pushes;       /* per worker: pushes applied when it last read */
+    int64_t *served;            /* per worker: clock of the last pull answered */
+    int stop_code;              /* a stop asked for (polled or heard of), 0 none */
+    int64_t stop_at;            /* server 0: the clock the workers stop at, -1 none */
+    int64_t stopped_at;         /* from the workers' farewells: where they stopped */
 } server;
 
 static int64_t global_clock(const server *sv) {
@@ -87,10 +91,11 @@ static dt_status reply(server *sv, int w) {
         if (st) return st;
     }
     memcpy(sv->outbuf[w], sv->m->w + sv->lo, sv->len * sizeof(float));
-    sv->out_hdr[w] = (hdr){0, global_clock(sv), 0, 0};
-    st = dt_isend(sv->c, &sv->out_hdr[w], sizeof(hdr), w, TAG_REP, &sv->out_req[2 * w]);
+    sv->out_hdr[w] = (rep){sv->stop_code, global_clock(sv), sv->stop_at, 0};
+    st = dt_isend(sv->c, &sv->out_hdr[w], sizeof(rep), w, TAG_REP, &sv->out_req[2 * w]);
     if (!st) st = dt_isend(sv->c, sv->outbuf[w], sv->len * sizeof(float), w, TAG_VAL, &sv->out_req[2 * w + 1]);
     if (!st) sv->out_busy[w] = true;
+    sv->served[w] = sv->pending[w];
     sv->pending[w] = -1;
     sv->read_pushes[w] = sv->pushes;
     sv->last[w] = dt_now(); /* released: its silence counts from now */
@@ -299,11 +304,12 @@ static dt_status server_alloc(server *sv, const dt_optim_cfg *ocfg) {
     sv->outbuf = dt_calloc(W, sizeof(float *));
     sv->out_req = dt_calloc(W * 2, sizeof(dt_req));
     sv->out_busy = dt_calloc(W, sizeof(bool));
-    sv->out_hdr = dt_calloc(W, sizeof(hdr));
+    sv->out_hdr = dt_calloc(W, sizeof(rep));
     sv->gin = dt_alloc_floats(sv->len);
     sv->bsp_got = dt_calloc(W, sizeof(bool));
     sv->ck_clock = dt_calloc(W, sizeof(int64_t));
     sv->read_pushes = dt_calloc(W, sizeof(int64_t));
+    sv->served = dt_calloc(W, sizeof(int64_t));
     dt_status st = DT_OK;
     if (sv->cfg.comp.comp.kind != DT_COMP_NONE) {
         /* Compressed pushes: a decoder only (the residuals are the workers'). */
@@ -315,7 +321,7 @@ static dt_status server_alloc(server *sv, const dt_optim_cfg *ocfg) {
         if (!sv->ein) return dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
     }
     if (!sv->in_req || !sv->in_hdr || !sv->last || !sv->lost || !sv->clock || !sv->active || !sv->pending || !sv->outbuf ||
-        !sv->out_req || !sv->out_busy || !sv->out_hdr || !sv->gin || !sv->bsp_got || !sv->ck_clock || !sv->read_pushes)
+        !sv->out_req || !sv->out_busy || !sv->out_hdr || !sv->gin || !sv->bsp_got || !sv->ck_clock || !sv->read_pushes || !sv->served)
         return dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
     if (sv->cfg.mode == DT_PS_BSP) {
         dt_agg a = sv->cfg.agg.kind == DT_AGG_NONE ? (dt_agg){.kind = DT_AGG_MEAN} : sv->cfg.agg;
@@ -349,6 +355,7 @@ static void server_free(server *sv) {
     dt_free(sv->bsp_got);
     dt_free(sv->ck_clock);
     dt_free(sv->read_pushes);
+    dt_free(sv->served);
     dt_free(sv->agg_scratch);
     dt_free(sv->agg_out);
 }
@@ -370,10 +377,12 @@ static dt_status server_start(server *sv) {
         sv->lost[w] = -1;
         sv->last[w] = now;
         sv->clock[w] = cfg->start_clock;
+        sv->served[w] = cfg->start_clock - 1;
         if (!(sv->outbuf[w] = dt_alloc_floats(sv->len))) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
         if (!st) st = dt_irecv(sv->c, &sv->in_hdr[w], sizeof(hdr), w, TAG_REQ, &sv->in_req[w]);
     }
     sv->n_active = sv->W;
+    sv->stop_at = sv->stopped_at = -1;
     return st;
 }
 
@@ -381,6 +390,8 @@ static dt_status server_start(server *sv) {
 static dt_status on_request(server *sv, int k) {
     hdr h = sv->in_hdr[k];
     sv->last[k] = dt_now();
+    if (!sv->stop_code) sv->stop_code = dt_ps_req_stop(h.type);
+    h.type = dt_ps_req_type(h.type);
     dt_status st = DT_OK;
     if (h.type == REQ_PUSH || h.type == REQ_PUSH_PULL) {
         st = on_push(sv, k, &h);
@@ -391,6 +402,7 @@ static dt_status on_request(server *sv, int k) {
         sv->ck_clock[k] = h.clock;
         st = try_checkpoint(sv);
     } else if (h.type == REQ_DONE) {
+        if (h.read_clock >= 0) sv->stopped_at = h.read_clock;
         sv->active[k] = false;
         sv->n_active--;
         if (sv->cfg.mode == DT_PS_BSP) try_apply_bsp(sv);
@@ -399,6 +411,30 @@ static dt_status on_request(server *sv, int k) {
     }
     if (!st && sv->active[k]) st = dt_irecv(sv->c, &sv->in_hdr[k], sizeof(hdr), k, TAG_REQ, &sv->in_req[k]);
     return st;
+}
+
+/* Server 0, once a stop was asked for: the stop clock K. A running worker
+ * next meets the server at its checkpoint barrier, its pull waiting, or the
+ * pull after the last one answered; K is the furthest of those, so every
+ * worker reaches K going forward and hears of it there (the replies carry K
+ * from now on). A worker that has finished its last step (ASP, SSP) leaves no
+ * earlier cut: the run goes on to its end. */
+static void decide_stop(server *sv) {
+    int64_t k = -1;
+    for (int w = 0; w < sv->W; w++) {
+        if (!sv->active[w]) {
+            if (sv->lost[w] < 0) {
+                dt_log(DT_LOG_WARN, "parameter server: a stop was asked for, but worker rank %d has finished its last step "
+                       "already; the others run to the end", dt_comm_world_rank(sv->c, w));
+                sv->stop_at = INT64_MAX;
+                return;
+            }
+            continue;
+        }
+        int64_t next = sv->ck_clock[w] >= 0 ? sv->ck_clock[w] : sv->pending[w] >= 0 ? sv->pending[w] : sv->served[w] + 1;
+        if (next > k) k = next;
+    }
+    sv->stop_at = k;
 }
 
 /* One poll: at most one request handled (or one lost worker dropped, or the
@@ -420,6 +456,8 @@ static dt_status serve_once(server *sv, uint64_t *ns) {
         *ns = 2000;
         if ((st = on_request(sv, k))) return st;
     }
+    if (!sv->stop_code && sv->cfg.stop_poll) sv->stop_code = sv->cfg.stop_poll(sv->cfg.stop_ctx);
+    if (sv->stop_code && sv->me == 0 && sv->stop_at < 0) decide_stop(sv);
     for (int w = 0; w < sv->W && !st; w++)
         if (sv->pending[w] >= 0 && pull_ready(sv, sv->pending[w])) st = reply(sv, w);
     if (k < 0 && !st) dt_ps_nap(ns);
@@ -446,7 +484,7 @@ static dt_status drain_replies(server *sv) {
 }
 
 dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const dt_optim_cfg *ocfg,
-                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost) {
+                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost, dt_ps_stop *stop) {
     int N = dt_comm_size(world), S = cfg->servers, W = N - S, me = dt_comm_rank(world) - W;
     server sv = {.m = m, .c = world, .cfg = *cfg, .W = W, .me = me, .sched = sched, .hist = hist};
     if (cfg->mode == DT_PS_BSP) sv.cfg.liveness = 0;
@@ -460,6 +498,7 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
     if (!st) st = drain_replies(&sv);
     if (!st) st = say_goodbye(&sv);
     if (!st && lost) memcpy(lost, sv.lost, (size_t)W * sizeof(int64_t));
+    if (stop) *stop = (dt_ps_stop){sv.stopped_at, sv.stopped_at >= 0 ? sv.stop_code : 0};
     server_free(&sv);
     return st;
 }

@@ -128,9 +128,9 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
         return dt_errorf(DT_ERR_INVALID, "--strategy localsgd, --aggregate, byzantine injection and --balance dynamic are for plain data parallelism: drop --pp, --tp and --zero");
     if (c->strategy == DT_STRATEGY_LOCALSGD && (c->local_h < 1 || c->agg.kind != DT_AGG_NONE))
         return dt_errorf(DT_ERR_INVALID, "--strategy localsgd:H needs H >= 1 and no --aggregate");
-    if (c->strategy == DT_STRATEGY_HOGWILD && (c->ckpt_dir || c->resume || c->agg.kind != DT_AGG_NONE || byz ||
+    if (c->strategy == DT_STRATEGY_HOGWILD && (c->agg.kind != DT_AGG_NONE || byz ||
                                                c->balance_dynamic || c->pp > 1 || c->tp > 1 || c->clip > 0))
-        return dt_errorf(DT_ERR_INVALID, "--strategy hogwild runs threads of one process on one model: no checkpoints, --aggregate, --balance, --pp, --tp or --clip");
+        return dt_errorf(DT_ERR_INVALID, "--strategy hogwild runs threads of one process on one model: no --aggregate, --balance, --pp, --tp or --clip");
     if (c->strategy == DT_STRATEGY_HOGWILD && (c->hogwild_threads < 1 || c->hogwild_threads > 256))
         return dt_errorf(DT_ERR_INVALID, "--strategy hogwild needs --threads T (1 to 256)");
     if (c->strategy == DT_STRATEGY_PS && (c->balance_dynamic || c->pp > 1 || c->tp > 1 ||

@@ -3,12 +3,15 @@
  * gradient and push each range as backward finishes it. Checkpoints are a
  * consistent cut: each server writes its key range (parameters as slices, its
  * optimizer state), every worker its own residual or momentum, rank 0 (worker
- * 0) the run's state and the manifest. */
+ * 0) the run's state and the manifest. A stop (a signal or the deadline on
+ * any rank) ends every worker at the clock server 0 fixes, with a checkpoint
+ * of that cut (include/dtrain/ps.h). */
 #include "run.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct ps_run {
     tr_run *r;
@@ -28,6 +31,8 @@ typedef struct ps_run {
     tr_attack att;
     bool byz_me;
     size_t done_lo;          /* worker momentum: [done_lo, n) already a direction */
+    int64_t last_ckpt;       /* the clock of this worker's last checkpoint, -1 */
+    int stop_code;           /* stopped: the stop's code (tr_stop_code), else 0 */
 } ps_run;
 
 static dt_status server_ckpt(void *ctx, int64_t clock, size_t lo, size_t len, const dt_optim *opt) {
@@ -111,10 +116,13 @@ static dt_status ps_begin(ps_run *p) {
     if (!(p->rM = dt_alloc_floats(r->m->n)) || !(p->rV = dt_alloc_floats(r->m->n))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     if ((st = dt_ckpt_load(p->resume_path, r->m, p->rM, p->rV, &p->rcs))) return st;
     if ((st = tr_same_run(c, p->resume_path, &p->rcs))) return st;
-    r->start_step = p->rcs.step;
+    r->start_step = p->last_ckpt = p->rcs.step;
     if (r->lead) dt_log(DT_LOG_INFO, "resuming the parameter server from %s (step %lld)", p->resume_path, (long long)r->start_step);
     return DT_OK;
 }
+
+/* A server's own stop request: a signal it caught (the workers watch the deadline). */
+static int server_stop_poll(void *ctx) { return tr_stop_code(ctx, false); }
 
 /* A server: serve, then hand the final range to rank 0. */
 static dt_status ps_serve(ps_run *p) {
@@ -132,6 +140,8 @@ static dt_status ps_serve(ps_run *p) {
         pc.ckpt_ctx = p;
     }
     pc.start_clock = start;
+    pc.stop_poll = server_stop_poll;
+    pc.stop_ctx = r;
     dt_status st = DT_OK;
     if (!dt_train_worker_momentum(c) && start > 0) {
         bool have_m = p->rcs.n_states >= 1;
@@ -147,7 +157,10 @@ static dt_status ps_serve(ps_run *p) {
         pc.tamper = tr_attack_tamper;
         pc.tamper_ctx = &p->att;
     }
-    return dt_ps_serve(r->m, r->world, &pc, &p->scfg, &r->sched, p->hist, p->lost);
+    dt_ps_stop stop;
+    if ((st = dt_ps_serve(r->m, r->world, &pc, &p->scfg, &r->sched, p->hist, p->lost, &stop))) return st;
+    if (stop.at >= 0) return tr_stop_note(r, stop.at, tr_stop_reason(stop.code), NAN, c->ckpt_dir != NULL);
+    return DT_OK;
 }
 
 /* A worker's checkpoint share: a consistent cut (the servers write their
@@ -155,7 +168,7 @@ static dt_status ps_serve(ps_run *p) {
 static dt_status worker_ckpt(ps_run *p, int64_t step) {
     tr_run *r = p->r;
     const dt_train_cfg *c = r->c;
-    if (!c->ckpt_dir || !((c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == r->total)) return DT_OK;
+    p->last_ckpt = step;
     dt_status st = dt_ps_checkpoint(p->cl, step);
     if (st || !(p->own_ckpt || r->lead)) return st;
     dt_ckpt_extras x = {0};
@@ -176,6 +189,19 @@ static dt_status worker_ckpt(ps_run *p, int64_t step) {
     return dt_ckpt_save_async(p->ckw, r->m, p->dummy, &none, NULL, &cs);
 }
 
+/* After the pull of step: whether the run stops here instead (at the clock
+ * server 0 fixed, when that comes before the end). */
+static dt_status stop_here(ps_run *p, int64_t step, bool *stop) {
+    int code;
+    int64_t k = dt_ps_client_stop_at(p->cl, &code);
+    *stop = k >= 0 && k < p->r->total && k == step - 1;
+    if (*stop) p->stop_code = code;
+    if (k >= 0 && k < step - 1)
+        return dt_errorf(DT_ERR_COMM, "parameter server: told to stop at clock %lld, but this worker is at %lld already",
+                         (long long)k, (long long)step - 1);
+    return DT_OK;
+}
+
 /* One worker step: pull, compute (corrupting it when Byzantine), push. */
 static dt_status worker_step(ps_run *p, int64_t step, double *win, int *wn) {
     tr_run *r = p->r;
@@ -184,7 +210,9 @@ static dt_status worker_step(ps_run *p, int64_t step, double *win, int *wn) {
     dt_comm_set_step(r->world, step);
     tr_step_hook(c, r->rank, step, DT_STEP_BEGIN, r->slow_prev);
     dt_status st = dt_ps_pull(p->cl, step - 1, step == r->total);
-    if (st) return st;
+    bool stop = false;
+    if (!st) st = stop_here(p, step, &stop);
+    if (st || stop) return st;
     tr_step_hook(c, r->rank, step, DT_STEP_COMPUTE, r->slow_prev); /* before computing: a slower machine */
     double tcomp = dt_now();
     int ln, gn;
@@ -206,9 +234,11 @@ static dt_status worker_step(ps_run *p, int64_t step, double *win, int *wn) {
         dt_worker_direction(&c->optim, m, p->wm, 0, m->n); /* no samples: the buffer still decays */
     }
     r->slow_prev = dt_now() - tcomp;
-    if ((st = dt_ps_push_end(p->cl)) || (st = worker_ckpt(p, step))) return st;
-    return DT_OK;
+    if ((st = dt_ps_push_end(p->cl))) return st;
+    bool due = (c->ckpt_every > 0 && step % c->ckpt_every == 0) || step == r->total;
+    return c->ckpt_dir && !c->ckpt_stop_only && due ? worker_ckpt(p, step) : DT_OK;
 }
+
 
 /* Rank 0's evaluation lines (of the parameters it pulled this step: as fresh
  * as the consistency model lets a worker see them) and step lines. */
@@ -237,6 +267,15 @@ static dt_status worker_report(ps_run *p, int64_t step, double *win, int *wn, do
     *wn = 0;
     *tw = now;
     return tr_report_step(c, &s);
+}
+
+/* Stopped after step: the cut's checkpoint (unless that step took one). */
+static dt_status stop_save(ps_run *p, int64_t step) {
+    tr_run *r = p->r;
+    bool ck = r->c->ckpt_dir != NULL; /* every worker meets at the barrier, the writers write */
+    dt_status st = ck && p->last_ckpt != step ? worker_ckpt(p, step) : DT_OK;
+    if (!st && p->ckw) st = dt_ckpt_flush(p->ckw);
+    return st ? st : tr_stop_note(r, step, tr_stop_reason(p->stop_code), r->res->final_loss, ck);
 }
 
 static dt_status ps_work(ps_run *p) {
@@ -277,10 +316,17 @@ static dt_status ps_work(ps_run *p) {
     if ((st = tr_report_start(r, &info))) return st;
     double win = 0, tw = dt_now();
     int wn = 0;
-    for (int64_t s = start + 1; s <= r->total && !st; s++) {
+    int64_t s = start + 1;
+    if (!st) st = tr_stop_init(r, m->n * sizeof(float) * 3);
+    for (; s <= r->total && !st; s++) {
+        dt_ps_client_request_stop(p->cl, tr_stop_code(r, true));
+        double t = dt_now();
         st = worker_step(p, s, &win, &wn);
-        if (!st && r->lead) st = worker_report(p, s, &win, &wn, &tw);
+        if (st || p->stop_code) break;
+        tr_stop_timed(r, dt_now() - t, p->ckw);
+        if (r->lead) st = worker_report(p, s, &win, &wn, &tw);
     }
+    if (!st && p->stop_code) st = stop_save(p, s - 1);
     if (!st) st = dt_ps_finish(p->cl);
     if (!st) memcpy(p->lost, dt_ps_client_lost(p->cl), (size_t)p->W * sizeof(int64_t));
     return st;
@@ -303,8 +349,9 @@ static dt_status ps_finish(ps_run *p) {
     }
     dt_status st = dt_ps_gather_final(r->m, r->world, &c->ps, p->hist);
     if (st || !r->lead) return st;
+    bool stopped = res->stopped_at >= 0; /* evaluated when the run ends, not at each stop */
     if (!r->ld.idx && (st = dt_loader_init(&r->ld, &r->data, 256, c->seed, 0, 1))) return st;
-    if ((st = tr_evaluate_alone(r->m, &r->ld, c->eval_max, &res->test_acc, &res->eval_loss))) return st;
+    if (!stopped && (st = tr_evaluate_alone(r->m, &r->ld, c->eval_max, &res->test_acc, &res->eval_loss))) return st;
     int maxs = 0;
     for (int i = 0; i < DT_PS_HIST; i++)
         if (p->hist[i] > 0) maxs = i;
@@ -312,7 +359,7 @@ static dt_status ps_finish(ps_run *p) {
                         .bound = c->ps.mode == DT_PS_SSP ? c->ps.staleness : (c->ps.mode == DT_PS_BSP ? 0 : -1),
                         .max_staleness = maxs, .hist = p->hist, .n_hist = DT_PS_HIST, .lost = lost_ranks, .n_lost = n_lost};
     dt_end_info e = {.res = res, .model = r->m, .strategy = DT_STRATEGY_PS, .world = r->n, .local_params = r->m->n};
-    if (r->start_step < r->total) { /* resumed at its end: the lines are there already */
+    if (r->start_step < r->total && !stopped) { /* resumed at its end: the lines are there already */
         dt_eval_info ev = {.step = r->total, .lm = r->data.lm, .acc = res->test_acc, .loss = res->eval_loss, .time_s = res->seconds};
         if ((st = tr_report_eval(c, &ev))) return st;
         e.ps = &ps;
@@ -321,7 +368,7 @@ static dt_status ps_finish(ps_run *p) {
 }
 
 dt_status tr_drive_ps(tr_run *r) {
-    ps_run p = {.r = r};
+    ps_run p = {.r = r, .last_ckpt = -1};
     const dt_train_cfg *c = r->c;
     r->sched = (dt_lr_sched){c->lr, c->min_lr, c->warmup, r->total, c->cosine};
     r->t0 = dt_now();
@@ -332,12 +379,14 @@ dt_status tr_drive_ps(tr_run *r) {
     }
     dt_train_result *res = r->res;
     res->seconds = dt_now() - r->t0;
-    res->steps = r->total;
+    res->steps = res->stopped_at >= 0 ? res->stopped_at : r->total;
     /* This process's steps only (a resumed run did not train the first `start`). */
-    res->items_per_s = (double)(r->total - r->start_step) * c->batch * (r->data.lm ? r->data.T : 1) /
+    res->items_per_s = (double)(res->steps - r->start_step) * c->batch * (r->data.lm ? r->data.T : 1) /
                        (res->seconds > 1e-9 ? res->seconds : 1e-9);
     if (!st && p.ckw) st = dt_ckpt_flush(p.ckw);
-    if (!st) st = tr_ckpt_net_end(r);
+    /* A stopped run keeps its memory copies for the resume (every rank knows). */
+    if (!st && res->stopped_at < 0) st = tr_ckpt_net_end(r);
+    if (!st && c->ckpt_stop_only && res->stopped_at < 0 && r->lead) rmdir(c->ckpt_dir);
     if (!st) st = ps_finish(&p);
     if (p.ckw) {
         dt_status fs = dt_ckpt_flush(p.ckw);

@@ -180,14 +180,22 @@ void tr_step_hook(const dt_train_cfg *c, int rank, int64_t step, dt_step_point a
 dt_optim_cfg tr_applied_optim(const dt_train_cfg *c);
 
 /* ---- stop.c: requests, deadlines, spikes, skipped batches ------------------ */
-dt_status tr_stop_init(tr_run *r);
+/* state_bytes: what a checkpoint writes (its time until one is measured). */
+dt_status tr_stop_init(tr_run *r, size_t state_bytes);
 void tr_stop_free(tr_run *r);
 /* Global batches to pass over just before step draws its own. */
 int64_t tr_skip_at(const tr_run *r, int64_t step);
 /* --inject spike: the factor on step's loss (1: none). */
 float tr_spike_scale(const tr_run *r, int64_t step);
-/* A step took step_s: the deadline's estimate of the next one and of a checkpoint. */
-void tr_stop_timed(tr_run *r, double step_s);
+/* A step took step_s: the deadline's estimate of the next one and of a
+ * checkpoint (w's persisting times, or NULL). */
+void tr_stop_timed(tr_run *r, double step_s, const dt_ckpt_writer *w);
+/* Drivers whose ranks do not vote (ps, hogwild): this process's stop request
+ * as a code 1..255 (0: none): a caught signal, or (deadline) the deadline
+ * near; tr_stop_reason turns a code back into the signal (0: none named, -1:
+ * the deadline). */
+int tr_stop_code(const tr_run *r, bool deadline);
+int tr_stop_reason(int code);
 /* The step's loss over the world with the stop request, the deadline votes
  * and grad_bad in the same all-reduce (collective over the world). */
 dt_status tr_vote(tr_run *r, double loss_d, bool grad_bad, tr_verdict *v);
@@ -204,6 +212,9 @@ dt_status tr_rewind(tr_run *r, int64_t step, double loss, const char *why);
 /* The stop after step: its checkpoint (unless taken already) on disk, the
  * result's stop fields, the event. Collective. */
 dt_status tr_stop_save(tr_run *r, int64_t step, const tr_verdict *v);
+/* The result's stop fields (ckpt: a checkpoint of step is on disk) and the
+ * event (rank 0). */
+dt_status tr_stop_note(tr_run *r, int64_t step, int stop, double loss, bool ckpt);
 
 /* ---- drivers ---------------------------------------------------------------- */
 dt_status tr_drive_sync(tr_run *r);

@@ -52,7 +52,7 @@ dt_status dt_diverge_parse(const char *spec, dt_diverge_cfg *out) {
     return DT_OK;
 }
 
-dt_status tr_stop_init(tr_run *r) {
+dt_status tr_stop_init(tr_run *r, size_t state_bytes) {
     const dt_train_cfg *c = r->c;
     tr_stop *s = &r->stop;
     memset(s, 0, sizeof *s);
@@ -62,9 +62,7 @@ dt_status tr_stop_init(tr_run *r) {
     s->z = c->diverge.z > 0 ? c->diverge.z : c->diverge.mode == DT_DIVERGE_STOP ? 0.0f : 6.0f;
     if (!(s->win = dt_calloc((size_t)c->diverge.window, sizeof(double)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     /* Until a checkpoint has been timed: its bytes at 200 MB/s, plus 0.2 s. */
-    dt_dp_mem mem;
-    dt_dp_memory(r->dp, &mem);
-    s->save_s = 0.2 + (double)(mem.param_bytes + mem.optim_bytes) / 200e6;
+    s->save_s = 0.2 + (double)state_bytes / 200e6;
     return DT_OK;
 }
 
@@ -99,13 +97,21 @@ static bool deadline_near(const tr_run *r) {
     return dt_now() + s->step_s + s->save_s + margin >= r->c->deadline;
 }
 
-void tr_stop_timed(tr_run *r, double step_s) {
+void tr_stop_timed(tr_run *r, double step_s, const dt_ckpt_writer *w) {
     tr_stop *s = &r->stop;
     s->step_s = s->step_s > 0 ? 0.8 * s->step_s + 0.2 * step_s : step_s;
     if (s->step_s < step_s) s->step_s = step_s; /* a slow step counts at once */
-    double p = r->ck.w ? dt_ckpt_persist_seconds(r->ck.w) + s->snap_s : 0;
+    double p = w ? dt_ckpt_persist_seconds(w) + s->snap_s : 0;
     if (p > 0) s->save_s = p;
 }
+
+int tr_stop_code(const tr_run *r, bool deadline) {
+    int sig = dt_train_stop_signal();
+    if (sig >= 0) return sig + 2 < 256 ? sig + 2 : 2;
+    return deadline && deadline_near(r) ? 1 : 0;
+}
+
+int tr_stop_reason(int code) { return code == 1 ? -1 : code - 2; }
 
 dt_status tr_vote(tr_run *r, double loss_d, bool grad_bad, tr_verdict *v) {
     int sig = dt_train_stop_signal();
@@ -221,21 +227,24 @@ dt_status tr_rewind(tr_run *r, int64_t step, double loss, const char *why) {
     return event(r, "rewind", step, to, c->diverge.skip, loss, why);
 }
 
-dt_status tr_stop_save(tr_run *r, int64_t step, const tr_verdict *v) {
-    const dt_train_cfg *c = r->c;
+dt_status tr_stop_note(tr_run *r, int64_t step, int stop, double loss, bool ckpt) {
     dt_train_result *res = r->res;
-    dt_status st = DT_OK;
     res->stopped_at = step;
-    res->stop_signal = v->stop;
+    res->stop_signal = stop;
     res->stop_ckpt[0] = '\0';
+    if (ckpt) dt_ckpt_dir_name(res->stop_ckpt, sizeof res->stop_ckpt, r->c->ckpt_dir, step);
+    char why[64];
+    if (stop > 0) snprintf(why, sizeof why, "signal %d (%s)", stop, strsignal(stop));
+    else snprintf(why, sizeof why, "%s", stop < 0 ? "the time limit" : "a stop request");
+    return event(r, "stop", step, 0, 0, loss, why);
+}
+
+dt_status tr_stop_save(tr_run *r, int64_t step, const tr_verdict *v) {
+    dt_status st = DT_OK;
     if (r->ck.w) {
         if (r->ck.last_step != step) st = tr_ckpt_save(r, step);
         if (!st) st = dt_ckpt_flush(r->ck.w);
         if (st) return st;
-        dt_ckpt_dir_name(res->stop_ckpt, sizeof res->stop_ckpt, c->ckpt_dir, step);
     }
-    char why[64];
-    if (v->stop > 0) snprintf(why, sizeof why, "signal %d (%s)", v->stop, strsignal(v->stop));
-    else snprintf(why, sizeof why, "%s", v->stop < 0 ? "the time limit" : "a stop request");
-    return event(r, "stop", step, 0, 0, v->loss, why);
+    return tr_stop_note(r, step, v->stop, v->loss, r->ck.w != NULL);
 }

@@ -251,7 +251,7 @@ static dt_status step(tr_run *r, int64_t step) {
     if ((st = tr_ckpt_maybe_save(r, step))) return st;
     if (!spike) tr_spike_push(r, v.loss);
     if ((st = account(r, local_n, global_n, spike ? NAN : v.loss, t, bwd_s, slept))) return st;
-    tr_stop_timed(r, dt_now() - t[0]);
+    tr_stop_timed(r, dt_now() - t[0], r->ck.w);
     if ((st = report_window(r, step, lr))) return st;
     if (v.stopping && step < r->total) return tr_stop_save(r, step, &v);
     return maybe_evaluate(r, step);
@@ -296,6 +296,12 @@ static dt_status start_reporters(tr_run *r) {
     return failed > 0 ? dt_errorf(DT_ERR_IO, "rank 0 could not start its reporters") : DT_OK;
 }
 
+static dt_status stop_init(tr_run *r) {
+    dt_dp_mem mem;
+    dt_dp_memory(r->dp, &mem);
+    return tr_stop_init(r, mem.param_bytes + mem.optim_bytes);
+}
+
 static dt_status begin(tr_run *r) {
     const dt_train_cfg *c = r->c;
     dt_status st = DT_OK;
@@ -307,7 +313,7 @@ static dt_status begin(tr_run *r) {
     if (c->diverge.mode == DT_DIVERGE_SKIP && r->pipe)
         return dt_errorf(DT_ERR_INVALID, "--on-divergence skip does not work with --pp yet (the stages' tied tensors move "
                          "with the update); use rewind");
-    if ((st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = tr_stop_init(r)) || (st = start_reporters(r))) return st;
+    if ((st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = stop_init(r)) || (st = start_reporters(r))) return st;
     r->t0 = r->win.t0 = dt_now();
     if (c->trace) {
         if ((st = dt_trace_create(&r->trace, r->rank, r->t0))) return st;

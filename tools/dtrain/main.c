@@ -219,14 +219,12 @@ static void print_summary(const dt_train_cfg *cfg, const dt_train_result *r, int
     fflush(stdout);
 }
 
-/* Where a stop writes when no --ckpt-dir was given: OUT/ckpt (the
- * synchronous strategies; only a stop writes there, and --resume auto reads
- * it). */
+/* Where a stop writes when no --ckpt-dir was given: OUT/ckpt (only a stop
+ * writes there, and --resume auto reads it). */
 static void default_stop_dir(cli *c) {
     static char dir[4200];
     dt_train_cfg *cfg = &c->cfg;
-    bool sync = cfg->strategy == DT_STRATEGY_SYNC || cfg->strategy == DT_STRATEGY_LOCALSGD;
-    if (cfg->ckpt_dir || !cfg->out_dir || !sync) return;
+    if (cfg->ckpt_dir || !cfg->out_dir) return;
     snprintf(dir, sizeof dir, "%.4000s/ckpt", cfg->out_dir);
     cfg->ckpt_dir = dir;
     cfg->ckpt_stop_only = true;
@@ -259,12 +257,9 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     if (dt_stop_parse_signals(c.stop_signals, mask, 65) || (c.time_limit && dt_stop_parse_duration(c.time_limit, &limit)))
         return EXIT_USAGE;
     dt_stop_configure(mask, 65);
-    dt_stop_enable(c.cfg.strategy == DT_STRATEGY_SYNC || c.cfg.strategy == DT_STRATEGY_LOCALSGD);
+    dt_stop_enable(true);
     default_stop_dir(&c);
     if (dt_train_cfg_check(&c.cfg)) return usage_error("%s", dt_error_msg());
-    if (limit > 0 && c.cfg.strategy != DT_STRATEGY_SYNC &&
-        c.cfg.strategy != DT_STRATEGY_LOCALSGD)
-        return usage_error("--time-limit is for the synchronous strategies (sync, localsgd:H) so far");
     dt_stop_set_deadline(limit);
     /* Checked where the command was typed: a rank on another host may lack the
      * path (its own disk) and get the checkpoint's files from the others. */

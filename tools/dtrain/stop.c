@@ -179,7 +179,7 @@ static volatile sig_atomic_t g_child = 0, g_ready = 0, g_pending = 0;
 static char g_own_file[4096]; /* the stop file this process made */
 static char g_path[4096];     /* DTRAIN_STOP_FILE, read at install (handlers never call getenv) */
 static bool g_ompi;           /* started by Open MPI's mpirun */
-static bool g_enabled = false; /* `dtrain train` of a synchronous strategy: the run stops at a step boundary (else a signal ends it as before) */
+static bool g_enabled = false; /* `dtrain train`: the run stops at a step boundary (else a signal ends it as before) */
 
 void dt_stop_enable(bool on) { g_enabled = on; }
 

@@ -29,7 +29,7 @@ int dt_stop_parse_duration(const char *s, double *seconds);
  * for the ranks: now + limit (limit <= 0: none), or the Slurm allocation's
  * end time when that is sooner. Already set (a parent did it): kept. */
 void dt_stop_set_deadline(double limit);
-/* Whether runs stop at a step boundary (the synchronous strategies); off, a
+/* Whether runs stop at a step boundary (dtrain train, every strategy); off, a
  * stop signal ends the job at once as it always did. */
 void dt_stop_enable(bool on);
 /* The stop signals (mask[s]: signal s; TERM, INT and USR1 until called). */
