@@ -6,7 +6,8 @@
 # the synchronous driver at -n 1, 2 and 4. Also: a third signal ends at once
 # and the previous checkpoint resumes; a signal before the first step; a
 # time limit; loss spikes (rewind = a run told to skip those batches, skip,
-# stop, --max-rewinds); bad input. STOP_SEED picks the steps (printed).
+# stop, --max-rewinds); bad input. The parameter server, Hogwild! and
+# dtrain rl too. STOP_SEED picks the steps (printed).
 source "$(dirname "$0")/lib.sh" "$@"
 seed=${STOP_SEED:-$$}
 RANDOM=$seed
@@ -112,6 +113,50 @@ run hw2_ref $H --threads 2 --optim adamw --lr 0.001 &&
     fail "hogwild 2 threads: accuracy $a1 vs $a0"; }
 expect "was written by 2 hogwild threads; resume with --threads 2" $H --threads 3 --optim adamw --lr 0.001 \
   --ckpt-dir "$tmp/hw2_ck" --resume auto
+
+# ---- dtrain rl: every rank stops after one update ------------------------------
+RL="--env cartpole --updates 2000 --eval-every 500 --quiet"
+rl_past() { local u; u=$(grep -o '"update":[0-9]*' "$1/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2); [ -n "$u" ] && [ "$u" -ge "$2" ]; }
+rl_metrics() { grep '"update"' "$1" | grep -v '"stopped"' | sed 's/,"steps_per_s[^,]*//; s/,"time_s.*//'; }
+rl_stop() { # NAME SIG WHO FLAGS...: SIG through WHO at a random update, then --resume auto
+  local name=$1 sig=$2 who=$3; shift 3
+  local k=$((100 + RANDOM % 800))
+  timeout 300 "$dt" rl $RL "$@" --out "$tmp/$name" > "$tmp/$name.stop.log" 2>&1 &
+  local pid=$!
+  if ! wait_until 120 rl_past "$tmp/$name" "$k"; then fail "$name: never reached update $k"; kill -9 $pid; wait $pid; return 1; fi
+  local to; to=$(target $pid "$who" "$name")
+  [ -n "$to" ] && kill -s "$sig" $to
+  wait $pid; local rc=$?
+  local line; line=$(grep "stopped after update" "$tmp/$name.stop.log")
+  if [ $rc -ne 75 ] || ! grep -q "on SIG$sig; checkpoint .*; resume with --resume auto" <<<"$line"; then
+    fail "$name: SIG$sig to the $who at update >= $k: rc=$rc:"; tail -3 "$tmp/$name.stop.log" | indent; return 1; fi
+  timeout 300 "$dt" rl $RL "$@" --out "$tmp/$name" --resume auto > "$tmp/$name.log" 2>&1 || { fail "$name: the resume failed"; return 1; }
+  echo "$line" | grep -o "update [0-9]*"
+}
+rl_exact() { # NAME SIG WHO FLAGS...: the resumed run equals an uninterrupted one
+  local name=$1 sig=$2 who=$3; shift 3
+  timeout 300 "$dt" rl $RL "$@" --out "$tmp/${name}_ref" > "$tmp/${name}_ref.log" 2>&1 || { fail "$name: reference run failed"; return 1; }
+  local at; at=$(rl_stop "$name" "$sig" "$who" "$@") || return 1
+  if cmp -s "$tmp/${name}_ref/policy.safetensors" "$tmp/$name/policy.safetensors" &&
+     diff <(rl_metrics "$tmp/${name}_ref/metrics.jsonl") <(rl_metrics "$tmp/$name/metrics.jsonl") > /dev/null; then
+    ok "rl $name: SIG$sig to the $who stopped every rank after $at (exit 75); resumed: policy and metrics bitwise equal"
+  else fail "rl $name: the resumed run differs from the uninterrupted one"; fi
+}
+rl_exact rl1 TERM launcher
+rl_exact rl3 USR1 rank1 -n 3
+rl_exact rl3_ckpt TERM launcher -n 3 --ckpt-every 300
+at=$(rl_stop rl_async TERM launcher -n 3 --async) && {
+  r=$(grep -o '"eval_return":[0-9.]*' "$tmp/rl_async/metrics.jsonl" | tail -1 | cut -d: -f2)
+  awk -v r="$r" 'BEGIN { exit !(r > 100) }' && ok "rl --async: SIGTERM stopped the learner after $at with its checkpoint; resumed to the end (greedy return $r)" ||
+    fail "rl --async: return $r after the resume"; }
+timeout 300 "$dt" rl $RL --updates 100000 --time-limit 2s --out "$tmp/rl_tl" > "$tmp/rl_tl.log" 2>&1; rc=$?
+[ $rc -eq 75 ] && grep -q "stopped after update [0-9]* before the time limit; checkpoint" "$tmp/rl_tl.log" &&
+  ok "rl --time-limit 2s: $(grep -o 'stopped after update [0-9]*' "$tmp/rl_tl.log") (exit 75)" || { fail "rl --time-limit: rc=$rc"; tail -2 "$tmp/rl_tl.log" | indent; }
+err=$("$dt" rl $RL --hidden 32 --out "$tmp/rl1" --resume auto 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && grep -q "was written by another run (.*hidden=64.*); resume with the same flags" <<<"$err" && ok "refused: $err" ||
+  fail "rl resume with other flags: rc=$rc $err"
+err=$("$dt" rl $RL --resume auto 2>&1 >/dev/null); rc=$?
+[ $rc -eq 2 ] && grep -q "resume auto reads --ckpt-dir" <<<"$err" && ok "refused: $err" || fail "rl --resume auto alone: rc=$rc $err"
 
 # ---- the supervisor: a requested stop is a stop, not a crash -----------------
 run sup_ref $B -n 2 && {

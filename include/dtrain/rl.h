@@ -94,11 +94,27 @@ typedef struct dt_rl_cfg {
     bool quiet;
     bool async;               /* IMPALA: the learner takes rollouts as they come */
     int max_lag;              /* async: a rollout more versions behind is dropped [4] */
+    /* Checkpoints (a directory the ranks share; NULL: none): every ckpt_every
+     * updates (0: only when stopped), the newest ckpt_keep kept [3];
+     * resume: "auto" (the newest whole one in ckpt_dir) or a checkpoint's
+     * directory, NULL: start afresh. */
+    const char *ckpt_dir, *resume;
+    int64_t ckpt_every;
+    int ckpt_keep;
+    /* Any rank: a stop code (1..255) when this process was asked to stop, 0
+     * otherwise (NULL: never). The run then stops after one update on every
+     * rank, with a checkpoint of it when ckpt_dir is set. */
+    int (*stop_poll)(void *ctx);
+    void *stop_ctx;
 } dt_rl_cfg;
 void dt_rl_cfg_default(dt_rl_cfg *c);
 typedef struct dt_rl_result {
     double eval_return, train_return, seconds, env_steps_per_s;
     int64_t env_steps;
+    int64_t stopped_at;       /* the update the run stopped after, -1: it ran to its end */
+    int stop_code;            /* the stop's code (the first asked for) */
+    char stop_ckpt[4096];     /* its checkpoint, "" none */
+    int64_t resumed_from;     /* -1: started afresh */
 } dt_rl_result;
 dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res);
 

@@ -9,6 +9,7 @@
  * its first episode ends, mean return. */
 #include "rl_internal.h"
 
+#include "dtrain/ckpt.h"
 #include "dtrain/safetensors.h"
 
 #include <errno.h>
@@ -22,7 +23,8 @@
 void dt_rl_cfg_default(dt_rl_cfg *c) {
     *c = (dt_rl_cfg){.env = "cartpole", .envs = 16, .unroll = 16, .hidden = 64, .updates = 600, .lr = 2e-3f,
                      .gamma = 0.99f, .value_coef = 0.5f, .entropy_coef = 0.01f, .rho_bar = 1.0f, .c_bar = 1.0f,
-                     .seed = 1, .log_every = 20, .eval_every = 100, .eval_episodes = 20, .timeout = 60, .max_lag = 4};
+                     .seed = 1, .log_every = 20, .eval_every = 100, .eval_episodes = 20, .timeout = 60, .max_lag = 4,
+                     .ckpt_keep = 3};
 }
 
 /* The greedy policy on `episodes` fresh copies, each until its first episode ends. */
@@ -82,14 +84,38 @@ static void put_line(rl_run *r, json_t *o) {
     json_decref(o);
 }
 
-/* One update: weights out, rollouts in, one Adam step on the learner. */
-static dt_status update(rl_run *r, int64_t u) {
+void rl_poll_stop(rl_run *r) {
+    if (!r->stop_code && r->c->stop_poll) r->stop_code = r->c->stop_poll(r->c->stop_ctx);
+}
+
+/* The learner's weights, with the stop code after them, to every actor (one
+ * broadcast); *stop: the learner said stop (nothing more of this update). */
+static dt_status share_weights(rl_run *r, bool *stop) {
     size_t P = dt_policy_n_params(r->p);
-    dt_status st = r->n > 1 ? dt_bcast(r->w, dt_policy_params(r->p), P * sizeof(float), 0, DT_ALGO_AUTO) : DT_OK;
+    *stop = false;
+    if (r->n == 1) return DT_OK;
+    if (r->rank == 0) {
+        memcpy(r->wbuf, dt_policy_params(r->p), P * sizeof(float));
+        r->wbuf[P] = (float)r->stop_code;
+    }
+    dt_status st = dt_bcast(r->w, r->wbuf, (P + 1) * sizeof(float), 0, DT_ALGO_AUTO);
+    if (st) return st;
+    if (r->rank > 0) memcpy(dt_policy_params(r->p), r->wbuf, P * sizeof(float));
+    *stop = r->wbuf[P] > 0;
+    if (*stop) r->stop_code = (int)r->wbuf[P];
+    return DT_OK;
+}
+
+/* One update: weights out, rollouts in, one Adam step on the learner. */
+static dt_status update(rl_run *r, int64_t u, bool *stop) {
+    size_t P = dt_policy_n_params(r->p);
+    dt_status st = share_weights(r, stop);
+    if (st || *stop) return st;
     dt_req q[RL_MSGS * 64];
     if (!st && (r->rank > 0 || r->n == 1)) st = rl_actor_rollout(&r->actor);
     if (!st && r->rank > 0) {
-        double hdr[RL_HDR] = {r->actor.traj.ret_sum, (double)r->actor.traj.ret_n, 0};
+        rl_poll_stop(r);
+        double hdr[RL_HDR] = {r->actor.traj.ret_sum, (double)r->actor.traj.ret_n, 0, (double)r->stop_code};
         st = rl_exchange(r->w, &r->actor.traj, hdr, 0, true, q);
         return st ? st : dt_waitall(r->w, q, RL_MSGS, "rl: a rollout to the learner");
     }
@@ -105,7 +131,9 @@ static dt_status update(rl_run *r, int64_t u) {
         r->ret_sum += r->n > 1 ? r->hdr[RL_HDR * k] : t->ret_sum;
         r->ret_n += (int)(r->n > 1 ? r->hdr[RL_HDR * k + 1] : t->ret_n);
         r->steps += (int64_t)t->T * t->E;
+        if (!r->stop_code && r->n > 1) r->stop_code = (int)r->hdr[RL_HDR * k + 3]; /* an actor's request */
     }
+    rl_poll_stop(r);
     if (!st) rl_step(r, u, r->K);
     return st;
 }
@@ -194,13 +222,76 @@ static dt_status setup(rl_run *r, int *D, int *A) {
     dt_optim_cfg_default(&oc, DT_OPTIM_ADAMW);
     oc.weight_decay = 0;
     if (!st) st = dt_optim_create(&r->opt, &oc, dt_policy_n_params(r->p));
-    if (!st && c->out) {
-        char path[4200];
-        if (mkdir(c->out, 0755) != 0 && errno != EEXIST)
-            return dt_errorf(DT_ERR_IO, "cannot create --out %s: %s", c->out, strerror(errno));
-        snprintf(path, sizeof path, "%s/metrics.jsonl", c->out);
-        if (!(r->metrics = fopen(path, "w"))) st = dt_errorf(DT_ERR_IO, "cannot write %s", path);
+    return st;
+}
+
+/* rank 0's metrics.jsonl: continued by a resumed run. */
+static dt_status open_metrics(rl_run *r) {
+    const dt_rl_cfg *c = r->c;
+    if (r->rank != 0 || !c->out) return DT_OK;
+    char path[4200];
+    if (mkdir(c->out, 0755) != 0 && errno != EEXIST) return dt_errorf(DT_ERR_IO, "cannot create --out %s: %s", c->out, strerror(errno));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", c->out);
+    if (!(r->metrics = fopen(path, r->start > 0 ? "a" : "w"))) return dt_errorf(DT_ERR_IO, "cannot write %s", path);
+    return DT_OK;
+}
+
+/* --resume: rank 0 picks the checkpoint (auto: the newest whole one), every
+ * rank loads its part of it. */
+static dt_status resume(rl_run *r, dt_rl_result *res) {
+    const dt_rl_cfg *c = r->c;
+    char cdir[4200] = "";
+    double pick = -1;
+    bool autop = strcmp(c->resume, "auto") == 0;
+    dt_status st = DT_OK;
+    if (r->rank == 0) {
+        int64_t u = -1;
+        if (autop && c->ckpt_dir) st = rl_ckpt_find(c->ckpt_dir, cdir, sizeof cdir, &u);
+        pick = autop ? (double)u : 0;
+        if (!st && autop && u < 0 && !c->quiet) dt_log(DT_LOG_INFO, "rl: no checkpoint in %s: starting afresh", c->ckpt_dir);
     }
+    if (!st && r->n > 1) st = dt_bcast(r->w, &pick, sizeof pick, 0, DT_ALGO_AUTO);
+    if (st || pick < 0) return st;
+    if (autop) dt_ckpt_dir_name(cdir, sizeof cdir, c->ckpt_dir, (int64_t)pick);
+    else snprintf(cdir, sizeof cdir, "%s", c->resume);
+    int64_t u = 0;
+    st = rl_ckpt_load(r, cdir, &u);
+    double ok[2] = {st ? 1.0 : 0.0, r->rank == 0 ? (double)u : 0.0};
+    dt_status cs = r->n > 1 ? dt_allreduce_f64(r->w, ok, 2) : DT_OK;
+    if (st || cs) return st ? st : cs;
+    /* The rank that failed says why; the others go quietly (an empty line). */
+    if (ok[0] > 0) return dt_errorf(DT_ERR_IO, "%s", "");
+    r->start = (int64_t)ok[1];
+    res->resumed_from = r->start;
+    /* Asynchronous actors have no part: they start from the learner's weights. */
+    size_t P = dt_policy_n_params(r->p);
+    if (c->async && r->n > 1 && (st = dt_bcast(r->w, dt_policy_params(r->p), P * sizeof(float), 0, DT_ALGO_AUTO))) return st;
+    if (r->rank == 0 && !c->quiet) dt_log(DT_LOG_INFO, "rl: resuming from %s (update %lld)", cdir, (long long)r->start);
+    return DT_OK;
+}
+
+/* The synchronous updates; *stopped: the update every rank stopped after. */
+static dt_status run_sync(rl_run *r, dt_rl_result *res, int64_t *stopped) {
+    const dt_rl_cfg *c = r->c;
+    dt_status st = DT_OK;
+    int64_t saved = r->start;
+    for (int64_t u = r->start + 1; u <= c->updates && !st; u++) {
+        dt_comm_set_step(r->w, u);
+        bool stop = false;
+        if ((st = update(r, u, &stop))) break;
+        if (stop) { /* the learner said so in this update's broadcast */
+            *stopped = u - 1;
+            break;
+        }
+        if (r->rank == 0 && (st = rl_report(r, u, res))) break;
+        if (c->ckpt_dir && c->ckpt_every > 0 && (u % c->ckpt_every == 0 || u == c->updates)) {
+            st = rl_ckpt_save(r, u, true);
+            saved = u;
+        }
+        if (r->n == 1 && r->stop_code && u < c->updates) *stopped = u;
+        if (*stopped >= 0) break;
+    }
+    if (!st && *stopped >= 0 && c->ckpt_dir && saved != *stopped) st = rl_ckpt_save(r, *stopped, true);
     return st;
 }
 
@@ -208,6 +299,7 @@ static void teardown(rl_run *r) {
     for (int k = 0; r->in && k < r->K; k++) rl_traj_free(&r->in[k]);
     dt_free(r->in);
     dt_free(r->hdr);
+    dt_free(r->wbuf);
     if (r->rank == 0) rl_learn_free(&r->learn);
     if (r->rank > 0 || r->n == 1) rl_actor_free(&r->actor);
     dt_optim_destroy(r->opt);
@@ -220,26 +312,28 @@ dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res) {
     memset(res, 0, sizeof *res);
     res->eval_return = res->train_return = -1;
     dt_comm_set_timeout(world, c->timeout);
+    res->stopped_at = res->resumed_from = -1;
     int D = 0, A = 0;
     dt_status st = setup(&r, &D, &A);
+    if (!st && r.n > 1 && !(r.wbuf = dt_alloc_floats(dt_policy_n_params(r.p) + 1))) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
+    if (!st && c->resume) st = resume(&r, res);
+    if (!st) st = open_metrics(&r);
     if (!st && r.rank == 0 && !c->quiet)
         dt_log(DT_LOG_INFO, "rl: %s, %s with V-trace targets: %s%d actor%s x %d copies, unroll %d, %zu parameters", c->env,
                c->async && r.n > 1 ? "asynchronous (IMPALA)" : "synchronous A2C", r.n > 1 ? "" : "one process, ", r.K,
                r.K == 1 ? "" : "s", c->envs, c->unroll, dt_policy_n_params(r.p));
     r.t0 = dt_now();
-    if (c->async && r.n > 1) {
-        st = r.rank == 0 ? rl_learner_async(&r, res) : rl_actor_async(&r);
-    } else {
-        for (int64_t u = 1; u <= c->updates && !st; u++) {
-            dt_comm_set_step(world, u);
-            st = update(&r, u);
-            if (!st && r.rank == 0) st = rl_report(&r, u, res);
-        }
-    }
+    int64_t steps0 = r.steps;
+    if (!st && c->async && r.n > 1) st = r.rank == 0 ? rl_learner_async(&r, res) : rl_actor_async(&r);
+    else if (!st) st = run_sync(&r, res, &res->stopped_at);
     res->seconds = dt_now() - r.t0;
     res->env_steps = r.steps;
-    res->env_steps_per_s = (double)r.steps / (res->seconds > 1e-9 ? res->seconds : 1e-9);
-    if (!st && r.rank == 0 && c->out) {
+    res->env_steps_per_s = (double)(r.steps - steps0) / (res->seconds > 1e-9 ? res->seconds : 1e-9);
+    if (!st && res->stopped_at >= 0) {
+        res->stop_code = r.stop_code;
+        if (c->ckpt_dir) dt_ckpt_dir_name(res->stop_ckpt, sizeof res->stop_ckpt, c->ckpt_dir, res->stopped_at);
+        put_line(&r, json_pack("{s:b,s:I}", "stopped", 1, "update", (json_int_t)res->stopped_at));
+    } else if (!st && r.rank == 0 && c->out) {
         char path[4200];
         snprintf(path, sizeof path, "%s/policy.safetensors", c->out);
         st = save_weights(&r, path, D, A);

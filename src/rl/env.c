@@ -84,3 +84,7 @@ dt_status dt_env_step(dt_env *e, const int *actions, float *obs, float *reward, 
 void dt_env_get_state(const dt_env *e, int i, double *s) { memcpy(s, state(e, i), (size_t)e->k->state_dim * sizeof(double)); }
 void dt_env_set_state(dt_env *e, int i, const double *s) { memcpy(state(e, i), s, (size_t)e->k->state_dim * sizeof(double)); }
 int dt_env_episode_steps(const dt_env *e, int i) { return e->steps[i]; }
+
+void rl_env_expose(dt_env *e, rl_env_state *out) {
+    *out = (rl_env_state){.n = e->n, .state_dim = e->k->state_dim, .s = e->s, .steps = e->steps, .rng = e->rng};
+}

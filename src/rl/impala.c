@@ -5,9 +5,12 @@
  * each; V-trace corrects for the policy lag (behaviour log-probabilities come
  * with the rollout, the target is the learner's current policy). A rollout
  * more than max_lag versions behind is dropped (counted), as SSP bounds a
- * worker's staleness. The run stops after `updates` steps: every actor gets
- * version -1 in reply to its next rollout. Not bitwise repeatable (arrival
- * order). Per rollout: its bytes to the learner, P.4 bytes back. */
+ * worker's staleness. The run stops after `updates` steps, or once a stop is
+ * asked for (the learner's own, or an actor's in its rollout's header): every
+ * actor gets version -1 in reply to its next rollout, and a stopped learner
+ * checkpoints its state (the actors' episodes start anew when resumed). Not
+ * bitwise repeatable (arrival order). Per rollout: its bytes to the learner,
+ * P.4 bytes back. */
 #include "rl_internal.h"
 
 #include <string.h>
@@ -76,12 +79,15 @@ static dt_status take(rl_run *r, int k, int64_t *u, dt_rl_result *res) {
     ++*u;
     dt_comm_set_step(r->w, *u);
     rl_step(r, *u, 1);
-    return rl_report(r, *u, res);
+    if ((st = rl_report(r, *u, res))) return st;
+    const dt_rl_cfg *c = r->c;
+    bool due = c->ckpt_every > 0 && (*u % c->ckpt_every == 0 || *u == c->updates);
+    return c->ckpt_dir && due ? rl_ckpt_save(r, *u, false) : DT_OK;
 }
 
 static dt_status serve(rl_run *r, learner_io *io, dt_rl_result *res) {
     int K = r->K;
-    int64_t u = 0;
+    int64_t u = r->start;
     dt_status st = DT_OK;
     for (int k = 0; k < K && !st; k++) st = rl_exchange(r->w, &r->in[k], r->hdr + RL_HDR * k, k + 1, false, io->q + (size_t)RL_MSGS * k);
     double last = dt_now();
@@ -92,8 +98,11 @@ static dt_status serve(rl_run *r, learner_io *io, dt_rl_result *res) {
             bool yes = false;
             if (io->stopped[k] || (st = arrived(r->w, io->q + (size_t)RL_MSGS * k, &yes)) || !yes) continue;
             any = true;
-            if (u < r->c->updates) st = take(r, k, &u, res);
-            if (!st) st = reply(r, io, k, u < r->c->updates ? (double)u : -1.0);
+            if (!r->stop_code) r->stop_code = (int)r->hdr[RL_HDR * k + 3];
+            rl_poll_stop(r);
+            bool going = u < r->c->updates && !r->stop_code;
+            if (going) st = take(r, k, &u, res);
+            if (!st) st = reply(r, io, k, going ? (double)u : -1.0);
             live -= io->stopped[k];
         }
         if (any) last = dt_now();
@@ -103,7 +112,11 @@ static dt_status serve(rl_run *r, learner_io *io, dt_rl_result *res) {
     }
     for (int k = 0; k < K && !st; k++)
         if (io->busy[k]) st = dt_waitall(r->w, io->out + 2 * k, 2, "rl: weights to an actor");
-    return st;
+    if (st || !r->stop_code || u >= r->c->updates) return st;
+    res->stopped_at = u;
+    const dt_rl_cfg *c = r->c;
+    bool saved = c->ckpt_every > 0 && u % c->ckpt_every == 0 && u > r->start;
+    return c->ckpt_dir && !saved ? rl_ckpt_save(r, u, false) : DT_OK;
 }
 
 dt_status rl_learner_async(rl_run *r, dt_rl_result *res) {
@@ -124,11 +137,12 @@ dt_status rl_learner_async(rl_run *r, dt_rl_result *res) {
 
 dt_status rl_actor_async(rl_run *r) {
     size_t P = dt_policy_n_params(r->p);
-    double version = 0, ctl = 0;
+    double version = (double)r->start, ctl = 0; /* resumed: the learner's weights came with the resume */
     dt_req q[RL_MSGS + 2];
     for (;;) {
         dt_status st = rl_actor_rollout(&r->actor);
-        double hdr[RL_HDR] = {r->actor.traj.ret_sum, (double)r->actor.traj.ret_n, version};
+        rl_poll_stop(r);
+        double hdr[RL_HDR] = {r->actor.traj.ret_sum, (double)r->actor.traj.ret_n, version, (double)r->stop_code};
         if (!st) st = rl_exchange(r->w, &r->actor.traj, hdr, 0, true, q);
         if (!st) st = dt_irecv(r->w, &ctl, sizeof ctl, 0, RL_TAG_CTL, &q[RL_MSGS]);
         /* the actor is idle until the reply: the weights land in its policy */

@@ -19,6 +19,16 @@ typedef struct rl_env_kind {
 } rl_env_kind;
 extern const rl_env_kind rl_cartpole, rl_acrobot;
 
+/* Inside n copies (env.c), for checkpoints: n x state_dim doubles, each
+ * copy's steps in its episode and its random stream. */
+typedef struct rl_env_state {
+    int n, state_dim;
+    double *s;
+    int *steps;
+    dt_rng *rng;
+} rl_env_state;
+void rl_env_expose(dt_env *e, rl_env_state *out);
+
 /* T steps of E copies: obs (T+1) x E x D (the last row the bootstrap), the
  * rest T x E; the returns of the episodes that ended during it. */
 typedef struct rl_traj {
@@ -62,7 +72,7 @@ dt_status rl_learn_grad(rl_learn *l, const rl_traj *t, double *loss);
 
 #define RL_TAG 0x7e00     /* rollout messages: RL_TAG + 0..RL_MSGS-1 */
 #define RL_MSGS 7         /* messages per rollout */
-#define RL_HDR 3          /* a rollout's header: return sum, episodes, the weights' version */
+#define RL_HDR 4          /* a rollout's header: return sum, episodes, the weights' version, a stop code */
 #define RL_TAG_CTL (RL_TAG + 16) /* asynchronous: the version sent back (-1: stop) */
 #define RL_TAG_W (RL_TAG + 17)   /* asynchronous: the weights sent back */
 
@@ -82,6 +92,9 @@ typedef struct rl_run {
     int ret_n, loss_n;
     int64_t steps, dropped;
     uint64_t lag_hist[8];  /* asynchronous: versions a rollout lagged (last bin: more) */
+    int64_t start;         /* the update resumed after (0: none) */
+    int stop_code;         /* a stop asked for (cfg.stop_poll or an actor's header), 0 none */
+    float *wbuf;           /* synchronous: the weights and the stop code, broadcast (P + 1) */
 } rl_run;
 
 /* A rollout's messages (its header of RL_HDR doubles first) to or from rank k
@@ -91,6 +104,16 @@ dt_status rl_exchange(dt_comm *w, rl_traj *t, double *hdr, int k, bool send, dt_
 dt_status rl_report(rl_run *r, int64_t u, dt_rl_result *res);
 /* Update u's Adam step with the gradients summed over k rollouts. */
 void rl_step(rl_run *r, int64_t u, int k);
+/* Checkpoints (ckpt.c): update u into c->ckpt_dir; collective: every rank
+ * writes its part (synchronous), else the learner alone (asynchronous). */
+dt_status rl_ckpt_save(rl_run *r, int64_t u, bool collective);
+/* The newest whole checkpoint under dir into path (*u its update, -1 none). */
+dt_status rl_ckpt_find(const char *dir, char *path, size_t n, int64_t *u);
+/* This rank's part of the checkpoint cdir (the learner: *u its update). */
+dt_status rl_ckpt_load(rl_run *r, const char *cdir, int64_t *u);
+/* The learner's stop request: its own (cfg.stop_poll) unless one came already. */
+void rl_poll_stop(rl_run *r);
+
 /* The asynchronous mode (impala.c). */
 dt_status rl_learner_async(rl_run *r, dt_rl_result *res);
 dt_status rl_actor_async(rl_run *r);

@@ -8,7 +8,7 @@
 
 /* dtrain bench allreduce [flags]: argv are the flags after "allreduce". */
 int dt_cli_bench_allreduce(int argc, char **argv);
-/* dtrain rl [flags] (rl.c): argv are the flags after "rl". */
+/* dtrain rl [flags] (rl.c): the whole command line (it starts the launcher). */
 int dt_cli_rl(int argc, char **argv);
 /* dtrain bench allreduce --fit on c (bench_fit.c): prints the cost model's
  * parameters measured here; 0 or 1. Collective over c. */

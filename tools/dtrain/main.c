@@ -525,11 +525,7 @@ int main(int argc, char **argv) {
         if (rc >= 0) return rc;
         return dt_cli_bench_allreduce(argc - 3, argv + 3);
     }
-    if (strcmp(argv[1], "rl") == 0) {
-        int rc = dt_launch(argc, argv, 2);
-        if (rc >= 0) return rc;
-        return dt_cli_rl(argc - 2, argv + 2);
-    }
+    if (strcmp(argv[1], "rl") == 0) return dt_cli_rl(argc, argv);
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 2, argv + 2);
     if (strcmp(argv[1], "diff") == 0) return cmd_diff(argc - 2, argv + 2);
     if (strcmp(argv[1], "inspect") == 0) return cmd_inspect(argc - 2, argv + 2);

@@ -2,7 +2,9 @@
  * are read here; the launcher starts the ranks for -n N. */
 #include "cli.h"
 #include "launch.h"
+#include "stop.h"
 #include "dtrain/rl.h"
+#include "dtrain/train.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -33,6 +35,15 @@ static const char *rl_help =
     "  --async             IMPALA: actors never wait for each other; the learner takes rollouts\n"
     "                      as they come (V-trace corrects the lag)\n"
     "  --max-lag V         --async: drop a rollout more than V weight versions behind (4)\n"
+    "  --ckpt-dir DIR      checkpoints (a directory the ranks share); default OUT/ckpt, written\n"
+    "                      only when the run is stopped\n"
+    "  --ckpt-every U      a checkpoint every U updates (0: only when stopped)\n"
+    "  --ckpt-keep K       keep the newest K checkpoints (3; 0: all)\n"
+    "  --resume auto|DIR   continue from the newest checkpoint in --ckpt-dir, or from DIR\n"
+    "  --stop-signals LIST signals that stop the run after an update with a checkpoint (exit 75;\n"
+    "                      a third ends at once); TERM,INT,USR1\n"
+    "  --time-limit DUR    stop so (exit 75) before DUR has passed (90s, 15m, 2h, 1:30:00), or\n"
+    "                      before the Slurm allocation ends\n"
     "  --quiet             no log lines\n";
 
 static int bad(const char *flag, const char *v, const char *want) {
@@ -53,7 +64,7 @@ static int num(const char *flag, const char *v, double lo, double hi, double *ou
     return 0;
 }
 
-static int parse(int argc, char **argv, dt_rl_cfg *c, bool *help) {
+static int parse(int argc, char **argv, dt_rl_cfg *c, bool *help, const char **signals, const char **limit) {
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) return *help = true, 0;
@@ -67,6 +78,12 @@ static int parse(int argc, char **argv, dt_rl_cfg *c, bool *help) {
         int rc = 0;
         if (strcmp(f, "--env") == 0) c->env = v;
         else if (strcmp(f, "--out") == 0) c->out = v;
+        else if (strcmp(f, "--ckpt-dir") == 0) c->ckpt_dir = v;
+        else if (strcmp(f, "--resume") == 0) c->resume = v;
+        else if (strcmp(f, "--stop-signals") == 0) *signals = v;
+        else if (strcmp(f, "--time-limit") == 0) *limit = v;
+        else if (strcmp(f, "--ckpt-every") == 0) rc = num(f, v, 0, 1e9, &x), c->ckpt_every = (int64_t)x;
+        else if (strcmp(f, "--ckpt-keep") == 0) rc = num(f, v, 0, 1e6, &x), c->ckpt_keep = (int)x;
         else if (strcmp(f, "-n") == 0 || strcmp(f, "--nproc") == 0 || strcmp(f, "--hostfile") == 0) continue;
         else if (strcmp(f, "--envs") == 0) rc = num(f, v, 1, 65536, &x), c->envs = (int)x;
         else if (strcmp(f, "--unroll") == 0) rc = num(f, v, 1, 4096, &x), c->unroll = (int)x;
@@ -91,27 +108,102 @@ static int parse(int argc, char **argv, dt_rl_cfg *c, bool *help) {
     return 0;
 }
 
-int dt_cli_rl(int argc, char **argv) {
+/* A stop code for the library, asked once per update: the signal this rank
+ * caught (+2; 2: none named), or 1 when the deadline would not hold one more
+ * update (the gap since the last call), a checkpoint and a margin (two
+ * updates, at least a second). */
+static int stop_poll(void *ctx) {
+    static double last, step;
+    double *deadline = ctx, now = dt_now();
+    if (last > 0) { /* smoothed, but a slow update counts at once */
+        double d = now - last;
+        step = step > 0 ? 0.8 * step + 0.2 * d : d;
+        if (step < d) step = d;
+    }
+    last = now;
+    int sig = dt_train_stop_signal();
+    if (sig >= 0) return sig + 2 < 256 ? sig + 2 : 2;
+    double margin = 2 * step > 1.0 ? 2 * step : 1.0;
+    return *deadline > 0 && now + step + 0.2 + margin >= *deadline ? 1 : 0;
+}
+
+static void print_stopped(const dt_rl_result *r) {
+    int sig = r->stop_code - 2;
+    const char *name = sig > 0 ? dt_stop_signal_name(sig) : NULL;
+    char why[64];
+    if (name) snprintf(why, sizeof why, "on SIG%s", name);
+    else if (r->stop_code == 1) snprintf(why, sizeof why, "before the time limit");
+    else snprintf(why, sizeof why, sig > 0 ? "on signal %d" : "on request", sig);
+    if (r->stop_ckpt[0])
+        fprintf(stderr, "dtrain rl: stopped after update %lld %s; checkpoint %s; resume with --resume auto\n",
+                (long long)r->stopped_at, why, r->stop_ckpt);
+    else
+        fprintf(stderr, "dtrain rl: stopped after update %lld %s; no checkpoint written (give --ckpt-dir DIR or --out DIR): "
+                        "its updates are lost\n", (long long)r->stopped_at, why);
+}
+
+/* Flags, stop signals and the default checkpoint directory, before the
+ * launcher (it passes the stop signals on). */
+static int configure(int argc, char **argv, dt_rl_cfg *c, bool *help, char *dir, size_t n) {
+    const char *signals = "TERM,INT,USR1", *limit = NULL;
+    int rc = parse(argc, argv, c, help, &signals, &limit);
+    if (rc || *help) return rc;
+    bool mask[65];
+    double secs = 0;
+    dt_stop_set_name("dtrain rl");
+    if (dt_stop_parse_signals(signals, mask, 65) || (limit && dt_stop_parse_duration(limit, &secs))) return 2;
+    dt_stop_configure(mask, 65);
+    dt_stop_enable(true);
+    dt_stop_set_deadline(secs);
+    if (!c->ckpt_dir && c->out) {
+        snprintf(dir, n, "%.4000s/ckpt", c->out);
+        c->ckpt_dir = dir;
+    }
+    if (c->resume && strcmp(c->resume, "auto") == 0 && !c->ckpt_dir) {
+        fprintf(stderr, "dtrain rl: --resume auto reads --ckpt-dir (or OUT/ckpt): give --ckpt-dir DIR or --out DIR\n");
+        return 2;
+    }
+    if (c->ckpt_every > 0 && !c->ckpt_dir) {
+        fprintf(stderr, "dtrain rl: --ckpt-every needs --ckpt-dir DIR (or --out DIR)\n");
+        return 2;
+    }
+    return 0;
+}
+
+int dt_cli_rl(int full_argc, char **full_argv) {
     dt_rl_cfg c;
     dt_rl_cfg_default(&c);
     bool help = false;
-    int rc = parse(argc, argv, &c, &help);
+    static char dir[4200];
+    int rc = configure(full_argc - 2, full_argv + 2, &c, &help, dir, sizeof dir);
     if (rc) return rc;
     if (help) return fputs(rl_help, stdout), 0;
+    if ((rc = dt_launch(full_argc, full_argv, 2)) >= 0) return rc;
+    dt_stop_install_rank(dt_under_mpi_launcher());
+    static double deadline;
+    deadline = dt_stop_deadline();
+    c.stop_poll = stop_poll;
+    c.stop_ctx = &deadline;
     dt_comm *w = NULL;
     if (dt_comm_init(dt_under_mpi_launcher(), &w)) {
         fprintf(stderr, "dtrain rl: %s\n", dt_error_msg());
         return 1;
     }
     if (dt_comm_rank(w) == 0) dt_launch_report_up();
+    dt_stop_quiet(dt_comm_rank(w) != 0);
     if (dt_comm_size(w) > 1) dt_log_set_rank(dt_comm_rank(w));
     dt_rl_result res;
     dt_status st = dt_rl_run(&c, w, &res);
     if (st) {
-        fprintf(stderr, "dtrain rl: %s\n", dt_error_msg());
+        if (dt_error_msg()[0]) fprintf(stderr, "dtrain rl: %s\n", dt_error_msg());
         if (dt_comm_size(w) > 1) {
             dt_comm_abort(w, 1);
             _exit(1);
+        }
+    } else if (res.stopped_at >= 0) {
+        if (dt_comm_rank(w) == 0) {
+            print_stopped(&res);
+            dt_launch_report_stopped();
         }
     } else if (dt_comm_rank(w) == 0) {
         int n = dt_comm_size(w);
@@ -121,5 +213,5 @@ int dt_cli_rl(int argc, char **argv) {
     }
     dt_comm_destroy(w);
     dt_comm_finalize();
-    return st ? 1 : 0;
+    return st ? 1 : res.stopped_at >= 0 ? DT_EXIT_STOPPED : 0;
 }

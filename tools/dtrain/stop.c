@@ -49,6 +49,10 @@ const char *dt_stop_signal_name(int sig) {
     return NULL;
 }
 
+static const char *g_name = "dtrain train"; /* the command, in the lines below */
+
+void dt_stop_set_name(const char *cmd) { g_name = cmd; }
+
 int dt_stop_parse_signals(const char *list, bool *mask, int n) {
     memset(mask, 0, (size_t)n * sizeof *mask);
     if (strcmp(list, "none") == 0) return 0;
@@ -61,17 +65,17 @@ int dt_stop_parse_signals(const char *list, bool *mask, int n) {
             if (strcasecmp(w, g_names[i].name) == 0) sig = g_names[i].sig;
         if (sig < 0 && isdigit((unsigned char)*w)) sig = atoi(w);
         if (sig <= 0 || sig >= n) {
-            fprintf(stderr, "dtrain train: --stop-signals '%s': '%s' is not a signal (e.g. TERM,INT,USR1, or none)\n", list, t);
+            fprintf(stderr, "%s: --stop-signals '%s': '%s' is not a signal (e.g. TERM,INT,USR1, or none)\n", g_name, list, t);
             return 2;
         }
         if (sig == SIGKILL || sig == SIGSTOP) {
-            fprintf(stderr, "dtrain train: --stop-signals: SIG%s cannot be caught, so it cannot stop a run cleanly; "
-                            "use TERM, INT, USR1 or HUP\n", sig == SIGKILL ? "KILL" : "STOP");
+            fprintf(stderr, "%s: --stop-signals: SIG%s cannot be caught, so it cannot stop a run cleanly; "
+                            "use TERM, INT, USR1 or HUP\n", g_name, sig == SIGKILL ? "KILL" : "STOP");
             return 2;
         }
         if (sig == DT_STOP_FORWARD_SIGNAL) {
-            fprintf(stderr, "dtrain train: --stop-signals: SIGUSR2 is dtrain's own (how the launcher passes a stop on to "
-                            "the ranks) and always stops a run; list the others\n");
+            fprintf(stderr, "%s: --stop-signals: SIGUSR2 is dtrain's own (how the launcher passes a stop on to "
+                            "the ranks) and always stops a run; list the others\n", g_name);
             return 2;
         }
         mask[sig] = true;
@@ -115,7 +119,7 @@ int dt_stop_parse_duration(const char *s, double *seconds) {
     *seconds = v;
     return 0;
 bad:
-    fprintf(stderr, "dtrain train: --time-limit '%s': expected a duration such as 90, 90s, 15m, 2h, 1:30:00 or 1-00:00:00\n", s);
+    fprintf(stderr, "%s: --time-limit '%s': expected a duration such as 90, 90s, 15m, 2h, 1:30:00 or 1-00:00:00\n", g_name, s);
     return 2;
 }
 

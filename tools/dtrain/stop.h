@@ -18,6 +18,8 @@
  * numbers; "none"): into a mask of signal numbers (mask[s] true). Returns 0,
  * or prints one line and returns 2. */
 int dt_stop_parse_signals(const char *list, bool *mask, int n);
+/* The command the flag errors name ("dtrain train" until called). */
+void dt_stop_set_name(const char *cmd);
 /* "TERM" for SIGTERM (the signals --stop-signals knows by name), else NULL. */
 const char *dt_stop_signal_name(int sig);
 /* --time-limit: seconds from "90", "90s", "15m", "2h", "1:30:00", "1-00:00:00"
