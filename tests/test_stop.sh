@@ -256,6 +256,13 @@ run sp_skip $D -n 2 --zero 1 --inject spike:step=150:scale=1000 --on-divergence 
     grep -q '"event":"skip","step":150' "$tmp/sp_skip/metrics.jsonl" && ok "skip: step 150's update dropped on both ranks, run finished (accuracy $(acc "$tmp/sp_skip"))" ||
     { fail "skip:"; tail -3 "$tmp/sp_skip.log" | indent; }
 }
+# with --pp: every stage votes on its own share of the gradient, none updates
+run sp_pp_clean $D -n 2 --pp 2 --micro-batches 4 && run sp_pp $D -n 2 --pp 2 --micro-batches 4 --inject spike:step=150:scale=1000 --on-divergence skip && {
+  a0=$(acc "$tmp/sp_pp_clean"); a1=$(acc "$tmp/sp_pp")
+  grep -q '"event":"skip","step":150' "$tmp/sp_pp/metrics.jsonl" && awk -v a="$a0" -v b="$a1" 'BEGIN { d = a - b; exit !(d < 0.005 && d > -0.005) }' &&
+    ok "skip with --pp 2: step 150's update dropped on both stages; accuracy $a1 vs $a0 without the spike" ||
+    { fail "skip with --pp: accuracy $a1 vs $a0:"; grep event "$tmp/sp_pp/metrics.jsonl" | indent; }
+}
 err=$("$dt" train $D --inject spike:step=150:scale=1e30 2>&1 >/dev/null); rc=$?
 [ $rc -eq 1 ] && grep -q "the loss became .* at step 15[0-9]" <<<"$err" && ok "stop (the default): $err" || fail "stop: rc=$rc $err"
 err=$("$dt" train $D --inject spike:step=150:scale=1000 --on-divergence rewind:30:50 --ckpt-dir "$tmp/mr_ck" --ckpt-every 20 --max-rewinds 0 2>&1 >/dev/null); rc=$?

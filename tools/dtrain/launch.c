@@ -126,6 +126,11 @@ void dt_launch_report_done(const char *lost_desc) {
     if (fclose(f) != 0) fprintf(stderr, "dtrain: cannot write %s: %s\n", path, strerror(errno));
 }
 
+int dt_launch_stopped_code(void) {
+    const char *path = getenv(UP_ENV);
+    return path && *path ? 0 : DT_EXIT_STOPPED;
+}
+
 void dt_launch_report_stopped(void) {
     const char *path = getenv(UP_ENV);
     if (!path || !*path) return;

@@ -26,6 +26,10 @@ void dt_launch_report_up(void);
 /* Rank 0, after a run that stopped on request ended on every rank: tells the
  * launcher, whose exit code is then DT_EXIT_STOPPED whatever mpirun's. */
 void dt_launch_report_stopped(void);
+/* A stopped rank's exit code: 0 under dtrain's launcher (which exits with
+ * DT_EXIT_STOPPED for the job; mpirun takes a second or two longer to end a
+ * job whose ranks exit non-zero), else DT_EXIT_STOPPED (srun, mpirun). */
+int dt_launch_stopped_code(void);
 /* Any rank, just before it aborts the job with exit code `code`: tells the
  * launcher, which stops mpirun if it has not ended the job soon after. */
 void dt_launch_report_abort(int code);

@@ -340,7 +340,7 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
             dt_launch_report_stopped();
         }
         rc = end_job(world, DT_OK, &r, c.cfg.timeout);
-        return rc ? rc : DT_EXIT_STOPPED;
+        return rc ? rc : dt_launch_stopped_code();
     }
     if (rank == 0) {
         print_summary(&c.cfg, &r, size);

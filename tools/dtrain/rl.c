@@ -213,5 +213,5 @@ int dt_cli_rl(int full_argc, char **full_argv) {
     }
     dt_comm_destroy(w);
     dt_comm_finalize();
-    return st ? 1 : res.stopped_at >= 0 ? DT_EXIT_STOPPED : 0;
+    return st ? 1 : res.stopped_at >= 0 ? dt_launch_stopped_code() : 0;
 }
