@@ -246,18 +246,20 @@ static dt_status resume(rl_run *r, dt_rl_result *res) {
     dt_status st = DT_OK;
     if (r->rank == 0) {
         int64_t u = -1;
-        if (autop && c->ckpt_dir) st = rl_ckpt_find(c->ckpt_dir, cdir, sizeof cdir, &u);
-        pick = autop ? (double)u : 0;
+        st = autop ? rl_ckpt_find(c->ckpt_dir, cdir, sizeof cdir, &u) : rl_ckpt_check(c->resume, &u);
+        pick = st ? -2 : autop ? (double)u : 0; /* -2: rank 0 refused it, -1: none */
         if (!st && autop && u < 0 && !c->quiet) dt_log(DT_LOG_INFO, "rl: no checkpoint in %s: starting afresh", c->ckpt_dir);
     }
-    if (!st && r->n > 1) st = dt_bcast(r->w, &pick, sizeof pick, 0, DT_ALGO_AUTO);
-    if (st || pick < 0) return st;
+    dt_status cs = r->n > 1 ? dt_bcast(r->w, &pick, sizeof pick, 0, DT_ALGO_AUTO) : DT_OK;
+    if (st || cs) return st ? st : cs;
+    if (pick < -1.5) return dt_errorf(DT_ERR_INVALID, "%s", ""); /* rank 0 says why */
+    if (pick < 0) return DT_OK;
     if (autop) dt_ckpt_dir_name(cdir, sizeof cdir, c->ckpt_dir, (int64_t)pick);
     else snprintf(cdir, sizeof cdir, "%s", c->resume);
     int64_t u = 0;
     st = rl_ckpt_load(r, cdir, &u);
     double ok[2] = {st ? 1.0 : 0.0, r->rank == 0 ? (double)u : 0.0};
-    dt_status cs = r->n > 1 ? dt_allreduce_f64(r->w, ok, 2) : DT_OK;
+    cs = r->n > 1 ? dt_allreduce_f64(r->w, ok, 2) : DT_OK;
     if (st || cs) return st ? st : cs;
     /* The rank that failed says why; the others go quietly (an empty line). */
     if (ok[0] > 0) return dt_errorf(DT_ERR_IO, "%s", "");

@@ -221,6 +221,12 @@ static bool valid(const char *cdir, int64_t *u) {
     return ok;
 }
 
+dt_status rl_ckpt_check(const char *cdir, int64_t *u) {
+    if (valid(cdir, u)) return DT_OK;
+    return dt_errorf(DT_ERR_FORMAT, "--resume %s: not a whole dtrain rl checkpoint (no manifest.json, or a file of another "
+                     "size than it says); name a DIR/ckpt-UPDATE, or use --resume auto", cdir);
+}
+
 dt_status rl_ckpt_find(const char *dir, char *path, size_t n, int64_t *u) {
     DIR *d = opendir(dir);
     struct dirent *e;

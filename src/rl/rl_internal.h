@@ -109,6 +109,8 @@ void rl_step(rl_run *r, int64_t u, int k);
 dt_status rl_ckpt_save(rl_run *r, int64_t u, bool collective);
 /* The newest whole checkpoint under dir into path (*u its update, -1 none). */
 dt_status rl_ckpt_find(const char *dir, char *path, size_t n, int64_t *u);
+/* Whether cdir is a whole checkpoint (*u its update), or a line saying not. */
+dt_status rl_ckpt_check(const char *cdir, int64_t *u);
 /* This rank's part of the checkpoint cdir (the learner: *u its update). */
 dt_status rl_ckpt_load(rl_run *r, const char *cdir, int64_t *u);
 /* The learner's stop request: its own (cfg.stop_poll) unless one came already. */
