@@ -30,20 +30,28 @@ target() {
   esac
 }
 
+# signal_run NAME SIG WHO K PAST LOG ARGS...: `dtrain ARGS... --out $tmp/NAME`
+# into LOG, sent SIG through WHO once `PAST $tmp/NAME K` holds; it must stop
+# with its line and exit 75. Sets $line (the stopped line).
+signal_run() {
+  local name=$1 sig=$2 who=$3 k=$4 pastfn=$5 log=$6; shift 6
+  timeout 300 "$dt" "$@" --out "$tmp/$name" > "$log" 2>&1 &
+  local pid=$!
+  if ! wait_until 120 "$pastfn" "$tmp/$name" "$k"; then fail "$name: never got past $k"; kill -9 $pid; wait $pid; return 1; fi
+  local to; to=$(target $pid "$who" "$name")
+  [ -n "$to" ] && kill -s "$sig" $to
+  wait $pid; local rc=$?
+  line=$(grep "stopped a" "$log")
+  [ $rc -eq 75 ] && grep -q "on SIG$sig; checkpoint .*; resume with --resume auto" <<<"$line" && return 0
+  fail "$name: SIG$sig to the $who past $k: rc=$rc:"; tail -3 "$log" | indent; return 1
+}
+
 # stop_resume REF NAME SIG WHO FLAGS...: REF is the uninterrupted run of FLAGS;
 # NAME gets SIG at a random step through WHO, then resumes.
 stop_resume() {
   local ref=$1 name=$2 sig=$3 who=$4; shift 4
   local k=$((10 + RANDOM % ${KMAX:-60}))
-  timeout 300 "$dt" train "$@" $SLOW --out "$tmp/$name" > "$tmp/$name.log" 2>&1 &
-  local pid=$!
-  if ! wait_until 120 past "$tmp/$name" "$k"; then fail "$name: never reached step $k"; kill -9 $pid; wait $pid; return 1; fi
-  local to; to=$(target $pid "$who" "$name")
-  [ -n "$to" ] && kill -s "$sig" $to
-  wait $pid; local rc=$?
-  local line; line=$(grep "stopped at step" "$tmp/$name.log")
-  if [ $rc -ne 75 ] || ! grep -q "on SIG$sig; checkpoint .*; resume with --resume auto" <<<"$line"; then
-    fail "$name: SIG$sig to the $who at step >= $k: rc=$rc:"; tail -3 "$tmp/$name.log" | indent; return 1; fi
+  signal_run "$name" "$sig" "$who" "$k" past "$tmp/$name.log" train "$@" $SLOW || return 1
   local at; at=$(grep -o 'stopped at step [0-9]*' <<<"$line" | grep -o '[0-9]*$')
   run "$name" "$@" --resume auto || return 1
   local d; d=$("$dt" diff "$tmp/$ref/model.safetensors" "$tmp/$name/model.safetensors" 2>&1)
@@ -94,14 +102,10 @@ else fail "ps ASP: rc=$rc:"; tail -3 "$tmp/asp.log" | indent; fi
 # ---- Hogwild!: the threads meet at one step boundary -------------------------
 # One thread repeats itself, so its resume is bitwise; two do not.
 H="--model mlp --hidden 64 --steps 6000 --eval-every 0 --log-every 100 --quiet --strategy hogwild"
-hogwild_stop() { # NAME SIG FLAGS...: a signal 1 s in, then --resume auto
+one_second() { sleep 1; } # its step lines come at the end: a signal 1 s in
+hogwild_stop() { # NAME SIG FLAGS...: then --resume auto
   local name=$1 sig=$2; shift 2
-  timeout 300 "$dt" train $H "$@" --out "$tmp/$name" > "$tmp/$name.stop.log" 2>&1 &
-  local pid=$!
-  sleep 1; kill -s "$sig" "$(child $pid)"; wait $pid; local rc=$?
-  grep -q "stopped at step [0-9]* on SIG$sig; checkpoint .*; resume with --resume auto" "$tmp/$name.stop.log" && [ $rc -eq 75 ] &&
-    run "$name" $H "$@" --resume auto && return 0
-  fail "$name: SIG$sig: rc=$rc:"; tail -3 "$tmp/$name.stop.log" | indent; return 1
+  signal_run "$name" "$sig" launcher 0 one_second "$tmp/$name.stop.log" train $H "$@" && run "$name" $H "$@" --resume auto
 }
 run hw1_ref $H --threads 1 && hogwild_stop hw1 TERM --threads 1 && {
   "$dt" diff "$tmp/hw1_ref/model.safetensors" "$tmp/hw1/model.safetensors" >/dev/null &&
@@ -120,25 +124,16 @@ expect "was written by 2 hogwild threads; resume with --threads 2" $H --threads 
 RL="--env cartpole --updates 800 --eval-every 200 --quiet"
 rl_past() { local u; u=$(grep -o '"update":[0-9]*' "$1/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2); [ -n "$u" ] && [ "$u" -ge "$2" ]; }
 rl_metrics() { grep '"update"' "$1" | grep -v '"stopped"' | sed 's/,"steps_per_s[^,]*//; s/,"time_s.*//'; }
-rl_stop() { # NAME SIG WHO FLAGS...: SIG through WHO at a random update, then --resume auto
+rl_stop() { # NAME SIG WHO FLAGS...: SIG through WHO at a random update, then --resume auto; sets $at
   local name=$1 sig=$2 who=$3; shift 3
-  local k=$((60 + RANDOM % 400))
-  timeout 300 "$dt" rl $RL "$@" --out "$tmp/$name" > "$tmp/$name.stop.log" 2>&1 &
-  local pid=$!
-  if ! wait_until 120 rl_past "$tmp/$name" "$k"; then fail "$name: never reached update $k"; kill -9 $pid; wait $pid; return 1; fi
-  local to; to=$(target $pid "$who" "$name")
-  [ -n "$to" ] && kill -s "$sig" $to
-  wait $pid; local rc=$?
-  local line; line=$(grep "stopped after update" "$tmp/$name.stop.log")
-  if [ $rc -ne 75 ] || ! grep -q "on SIG$sig; checkpoint .*; resume with --resume auto" <<<"$line"; then
-    fail "$name: SIG$sig to the $who at update >= $k: rc=$rc:"; tail -3 "$tmp/$name.stop.log" | indent; return 1; fi
+  signal_run "$name" "$sig" "$who" $((60 + RANDOM % 400)) rl_past "$tmp/$name.stop.log" rl $RL "$@" || return 1
+  at=$(grep -o "update [0-9]*" <<<"$line")
   timeout 300 "$dt" rl $RL "$@" --out "$tmp/$name" --resume auto > "$tmp/$name.log" 2>&1 || { fail "$name: the resume failed"; return 1; }
-  echo "$line" | grep -o "update [0-9]*"
 }
 rl_exact() { # NAME SIG WHO FLAGS...: the resumed run equals an uninterrupted one
   local name=$1 sig=$2 who=$3; shift 3
   timeout 300 "$dt" rl $RL "$@" --out "$tmp/${name}_ref" > "$tmp/${name}_ref.log" 2>&1 || { fail "$name: reference run failed"; return 1; }
-  local at; at=$(rl_stop "$name" "$sig" "$who" "$@") || return 1
+  rl_stop "$name" "$sig" "$who" "$@" || return 1
   if cmp -s "$tmp/${name}_ref/policy.safetensors" "$tmp/$name/policy.safetensors" &&
      diff <(rl_metrics "$tmp/${name}_ref/metrics.jsonl") <(rl_metrics "$tmp/$name/metrics.jsonl") > /dev/null; then
     ok "rl $name: SIG$sig to the $who stopped every rank after $at (exit 75); resumed: policy and metrics bitwise equal"
@@ -147,7 +142,7 @@ rl_exact() { # NAME SIG WHO FLAGS...: the resumed run equals an uninterrupted on
 rl_exact rl1 TERM launcher
 rl_exact rl3 USR1 rank1 -n 3
 rl_exact rl3_ckpt TERM launcher -n 3 --ckpt-every 300
-at=$(rl_stop rl_async TERM launcher -n 3 --async) && {
+rl_stop rl_async TERM launcher -n 3 --async && {
   r=$(grep -o '"eval_return":[0-9.]*' "$tmp/rl_async/metrics.jsonl" | tail -1 | cut -d: -f2)
   awk -v r="$r" 'BEGIN { exit !(r > 100) }' && ok "rl --async: SIGTERM stopped the learner after $at with its checkpoint; resumed to the end (greedy return $r)" ||
     fail "rl --async: return $r after the resume"; }
