@@ -106,6 +106,10 @@ typedef struct dt_rl_cfg {
      * rank, with a checkpoint of it when ckpt_dir is set. */
     int (*stop_poll)(void *ctx);
     void *stop_ctx;
+    /* An actor, before each of its rollouts (1, 2, ...; prev_s: how long the
+     * last one took): fault injection (NULL: none). */
+    void (*rollout_hook)(void *ctx, int rank, int64_t rollout, double prev_s);
+    void *hook_ctx;
 } dt_rl_cfg;
 void dt_rl_cfg_default(dt_rl_cfg *c);
 typedef struct dt_rl_result {
@@ -115,6 +119,10 @@ typedef struct dt_rl_result {
     int stop_code;            /* the stop's code (the first asked for) */
     char stop_ckpt[4096];     /* its checkpoint, "" none */
     int64_t resumed_from;     /* -1: started afresh */
+    /* --async: actors dropped (silent past the deadline, or their connection
+     * failed) and which (the learner); every rank still there knows how many. */
+    int lost_actors;
+    char lost_desc[1024];
 } dt_rl_result;
 dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res);
 

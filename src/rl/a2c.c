@@ -84,6 +84,15 @@ static void put_line(rl_run *r, json_t *o) {
     json_decref(o);
 }
 
+dt_status rl_act(rl_run *r) {
+    r->rollouts++;
+    if (r->c->rollout_hook) r->c->rollout_hook(r->c->hook_ctx, r->rank, r->rollouts, r->roll_s);
+    double t = dt_now();
+    dt_status st = rl_actor_rollout(&r->actor);
+    r->roll_s = dt_now() - t;
+    return st;
+}
+
 void rl_poll_stop(rl_run *r) {
     if (!r->stop_code && r->c->stop_poll) r->stop_code = r->c->stop_poll(r->c->stop_ctx);
 }
@@ -112,7 +121,7 @@ static dt_status update(rl_run *r, int64_t u, bool *stop) {
     dt_status st = share_weights(r, stop);
     if (st || *stop) return st;
     dt_req q[RL_MSGS * 64];
-    if (!st && (r->rank > 0 || r->n == 1)) st = rl_actor_rollout(&r->actor);
+    if (!st && (r->rank > 0 || r->n == 1)) st = rl_act(r);
     if (!st && r->rank > 0) {
         rl_poll_stop(r);
         double hdr[RL_HDR] = {r->actor.traj.ret_sum, (double)r->actor.traj.ret_n, 0, (double)r->stop_code};
@@ -263,7 +272,7 @@ static dt_status resume(rl_run *r, dt_rl_result *res) {
     if (st || cs) return st ? st : cs;
     /* The rank that failed says why; the others go quietly (an empty line). */
     if (ok[0] > 0) return dt_errorf(DT_ERR_IO, "%s", "");
-    r->start = (int64_t)ok[1];
+    r->start = r->rollouts = (int64_t)ok[1];
     res->resumed_from = r->start;
     /* Asynchronous actors have no part: they start from the learner's weights. */
     size_t P = dt_policy_n_params(r->p);
@@ -328,6 +337,7 @@ dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res) {
     int64_t steps0 = r.steps;
     if (!st && c->async && r.n > 1) st = r.rank == 0 ? rl_learner_async(&r, res) : rl_actor_async(&r);
     else if (!st) st = run_sync(&r, res, &res->stopped_at);
+    if (!st && r.rank > 0) res->lost_actors = r.lost_seen;
     res->seconds = dt_now() - r.t0;
     res->env_steps = r.steps;
     res->env_steps_per_s = (double)(r.steps - steps0) / (res->seconds > 1e-9 ? res->seconds : 1e-9);
@@ -341,9 +351,9 @@ dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res) {
         st = save_weights(&r, path, D, A);
         json_t *lags = json_array();
         for (int i = 0; i < 8; i++) json_array_append_new(lags, json_integer((json_int_t)r.lag_hist[i]));
-        put_line(&r, json_pack("{s:I,s:f,s:f,s:f,s:I,s:o}", "env_steps", (json_int_t)r.steps, "eval_return", res->eval_return,
+        put_line(&r, json_pack("{s:I,s:f,s:f,s:f,s:I,s:o,s:s}", "env_steps", (json_int_t)r.steps, "eval_return", res->eval_return,
                                "seconds", res->seconds, "env_steps_per_s", res->env_steps_per_s, "dropped", (json_int_t)r.dropped,
-                               "lag_hist", lags));
+                               "lag_hist", lags, "lost_actors", res->lost_desc));
     }
     teardown(&r);
     return st;

@@ -75,6 +75,7 @@ dt_status rl_learn_grad(rl_learn *l, const rl_traj *t, double *loss);
 #define RL_HDR 4          /* a rollout's header: return sum, episodes, the weights' version, a stop code */
 #define RL_TAG_CTL (RL_TAG + 16) /* asynchronous: the version sent back (-1: stop) */
 #define RL_TAG_W (RL_TAG + 17)   /* asynchronous: the weights sent back */
+#define RL_TAG_BYE (RL_TAG + 18) /* asynchronous, at the end: how many actors were lost */
 
 /* A run (a2c.c): the learner's and the actors' state. */
 typedef struct rl_run {
@@ -95,6 +96,9 @@ typedef struct rl_run {
     int64_t start;         /* the update resumed after (0: none) */
     int stop_code;         /* a stop asked for (cfg.stop_poll or an actor's header), 0 none */
     float *wbuf;           /* synchronous: the weights and the stop code, broadcast (P + 1) */
+    int64_t rollouts;      /* an actor's rollouts so far */
+    int lost_seen;         /* asynchronous actor: the learner's farewell, actors lost */
+    double roll_s;         /* the last one's seconds */
 } rl_run;
 
 /* A rollout's messages (its header of RL_HDR doubles first) to or from rank k
@@ -113,6 +117,8 @@ dt_status rl_ckpt_find(const char *dir, char *path, size_t n, int64_t *u);
 dt_status rl_ckpt_check(const char *cdir, int64_t *u);
 /* This rank's part of the checkpoint cdir (the learner: *u its update). */
 dt_status rl_ckpt_load(rl_run *r, const char *cdir, int64_t *u);
+/* An actor's next rollout (the hook first). */
+dt_status rl_act(rl_run *r);
 /* The learner's stop request: its own (cfg.stop_poll) unless one came already. */
 void rl_poll_stop(rl_run *r);
 

@@ -55,16 +55,9 @@ static void watchdog_tick(int64_t step, double limit) {
 
 /* ---- --inject crash|hang|slow: in the first attempt only, so a supervised
  * restart can get past them. */
-static void step_hook(void *ctx, int rank, int64_t step, dt_step_point at, double prev_compute_s) {
-    const cli_hooks *h = ctx;
-    const dt_train_cfg *c = h->cfg;
-    /* The watchdog starts at the first step, not before: a run refused on its
-     * input starts no thread (a sanitizer build at exit reports the allocations
-     * of a thread still starting as leaks: a 27-line "error" on a fresh machine). */
-    if (at == DT_STEP_BEGIN) watchdog_tick(step, h->watchdog_s);
-    if (c->attempt > 0) return;
-    for (int i = 0; i < c->n_inject; i++) {
-        const dt_inject *in = &c->inject[i];
+void cli_inject_fire(const dt_inject *inject, int n, int rank, int64_t step, dt_step_point at, double prev_compute_s) {
+    for (int i = 0; i < n; i++) {
+        const dt_inject *in = &inject[i];
         if (in->rank != rank) continue;
         if (at == DT_STEP_BEGIN && in->step == step && in->kind == DT_INJECT_CRASH) {
             dt_log(DT_LOG_WARN, "--inject crash: rank %d kills itself at step %lld", rank, (long long)step);
@@ -84,6 +77,16 @@ static void step_hook(void *ctx, int rank, int64_t step, dt_step_point at, doubl
             }
         }
     }
+}
+
+static void step_hook(void *ctx, int rank, int64_t step, dt_step_point at, double prev_compute_s) {
+    const cli_hooks *h = ctx;
+    const dt_train_cfg *c = h->cfg;
+    /* The watchdog starts at the first step, not before: a run refused on its
+     * input starts no thread (a sanitizer build at exit reports the allocations
+     * of a thread still starting as leaks: a 27-line "error" on a fresh machine). */
+    if (at == DT_STEP_BEGIN) watchdog_tick(step, h->watchdog_s);
+    if (c->attempt == 0) cli_inject_fire(c->inject, c->n_inject, rank, step, at, prev_compute_s);
 }
 
 /* ---- the progress reporter: log lines, or one live line on a terminal ---- */

@@ -20,6 +20,9 @@ typedef struct cli_hooks {
  * hook starts the watchdog at the first step: a step that makes no progress
  * for watchdog_s ends the process with exit code 3 (0: no watchdog). */
 dt_status cli_hooks_install(cli_hooks *h, dt_train_cfg *cfg, bool progress, double watchdog_s);
+/* --inject crash|hang|slow of `rank` at `step` (crash and hang at its
+ * beginning, slow at its compute: prev_compute_s times factor - 1 more). */
+void cli_inject_fire(const dt_inject *inject, int n, int rank, int64_t step, dt_step_point at, double prev_compute_s);
 /* Stops the watchdog and closes the metrics file; returns its status. */
 dt_status cli_hooks_finish(cli_hooks *h);
 

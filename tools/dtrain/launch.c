@@ -97,8 +97,11 @@ int dt_launch_nproc(int argc, char **argv, int *n) {
     return 0;
 }
 
-/* --strategy ps with --consistency asp or ssp:K: the runs that outlive a worker. */
-static bool survives_lost_worker(int argc, char **argv) {
+/* --strategy ps with --consistency asp or ssp:K, and `dtrain rl --async`: the
+ * runs that outlive a worker (an actor). */
+static bool survives_lost_worker(int argc, char **argv, bool rl) {
+    for (int i = 0; rl && i < argc; i++)
+        if (strcmp(argv[i], "--async") == 0) return true;
     const char *strategy = flag_value(argc, argv, "--strategy", NULL);
     const char *cons = flag_value(argc, argv, "--consistency", NULL);
     return strategy && strcmp(strategy, "ps") == 0 && cons &&
@@ -232,7 +235,7 @@ static void name_lost_hosts(const char *hostfile, int n) {
 
 /* Runs mpirun (av) as a child and returns dtrain's exit code (see the top).
  * done_path: the completion marker of a run that may lose workers, or "". */
-static int run_mpirun(const char **av, const char *done_path, const char *up_path, int n, const char *hostfile) {
+static int run_mpirun(const char **av, const char *done_path, const char *up_path, int n, const char *hostfile, const char *who) {
     dt_stop_install_forward();
     pid_t pid = fork();
     if (pid < 0) {
@@ -274,7 +277,7 @@ static int run_mpirun(const char **av, const char *done_path, const char *up_pat
     unlink(done_path);
     if (!done || code == 0) return code;
     if (line[1][0])
-        fprintf(stderr, "dtrain: the run completed without the lost worker%s %s (mpirun's exit status %d came from %s)\n",
+        fprintf(stderr, "dtrain: the run completed without the lost %s%s %s (mpirun's exit status %d came from %s)\n", who,
                 strchr(line[1], ',') ? "s" : "", line[1], code, strchr(line[1], ',') ? "them" : "it");
     else
         fprintf(stderr, "dtrain: the run completed; a rank ended badly afterwards (mpirun's exit status %d)\n", code);
@@ -345,7 +348,8 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
         av[k++] = "DTRAIN_DEADLINE";
     }
     char done_path[4096] = "";
-    if (survives_lost_worker(argc - cmd_args_from, argv + cmd_args_from)) {
+    bool rl = cmd_args_from >= 2 && strcmp(argv[cmd_args_from - 1], "rl") == 0;
+    if (survives_lost_worker(argc - cmd_args_from, argv + cmd_args_from, rl)) {
         const char *tmp = getenv("TMPDIR");
         snprintf(done_path, sizeof done_path, "%s/dtrain-done-XXXXXX", tmp && *tmp ? tmp : "/tmp");
         int fd = mkstemp(done_path);
@@ -380,7 +384,7 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
     for (int i = 1; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
     fflush(NULL);
-    int code = run_mpirun(av, done_path, up_path, n, hostfile);
+    int code = run_mpirun(av, done_path, up_path, n, hostfile, rl ? "actor" : "worker");
     free(av);
     return code;
 }

@@ -1,8 +1,10 @@
 /* dtrain rl: the command line of the actor-learner run (src/rl/a2c.c). Flags
  * are read here; the launcher starts the ranks for -n N. */
 #include "cli.h"
+#include "hooks.h"
 #include "launch.h"
 #include "stop.h"
+#include "dtrain/ps.h"
 #include "dtrain/rl.h"
 #include "dtrain/train.h"
 
@@ -44,6 +46,8 @@ static const char *rl_help =
     "                      a third ends at once); TERM,INT,USR1\n"
     "  --time-limit DUR    stop so (exit 75) before DUR has passed (90s, 15m, 2h, 1:30:00), or\n"
     "                      before the Slurm allocation ends\n"
+    "  --inject SPEC       an actor's fault, at its Nth rollout: crash:rank=R:step=N,\n"
+    "                      hang:rank=R:step=N, slow:rank=R:factor=F (repeatable)\n"
     "  --quiet             no log lines\n";
 
 static int bad(const char *flag, const char *v, const char *want) {
@@ -64,6 +68,27 @@ static int num(const char *flag, const char *v, double lo, double hi, double *ou
     return 0;
 }
 
+#define RL_MAX_INJECT 16
+static dt_inject g_inject[RL_MAX_INJECT];
+static int g_n_inject;
+
+/* --inject: the faults of a process, not of the training (crash, hang, slow). */
+static int add_inject(const char *v) {
+    dt_inject in;
+    if (dt_inject_parse(v, &in)) return fprintf(stderr, "dtrain rl: %s\n", dt_error_msg()), 2;
+    if (in.kind != DT_INJECT_CRASH && in.kind != DT_INJECT_HANG && in.kind != DT_INJECT_SLOW)
+        return bad("--inject", v, "crash, hang or slow (an actor's faults)");
+    if (g_n_inject == RL_MAX_INJECT) return bad("--inject", v, "at most 16 of them");
+    g_inject[g_n_inject++] = in;
+    return 0;
+}
+
+static void rollout_hook(void *ctx, int rank, int64_t rollout, double prev_s) {
+    (void)ctx;
+    cli_inject_fire(g_inject, g_n_inject, rank, rollout, DT_STEP_BEGIN, prev_s);
+    cli_inject_fire(g_inject, g_n_inject, rank, rollout, DT_STEP_COMPUTE, prev_s);
+}
+
 static int parse(int argc, char **argv, dt_rl_cfg *c, bool *help, const char **signals, const char **limit) {
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -82,6 +107,7 @@ static int parse(int argc, char **argv, dt_rl_cfg *c, bool *help, const char **s
         else if (strcmp(f, "--resume") == 0) c->resume = v;
         else if (strcmp(f, "--stop-signals") == 0) *signals = v;
         else if (strcmp(f, "--time-limit") == 0) *limit = v;
+        else if (strcmp(f, "--inject") == 0) rc = add_inject(v);
         else if (strcmp(f, "--ckpt-every") == 0) rc = num(f, v, 0, 1e9, &x), c->ckpt_every = (int64_t)x;
         else if (strcmp(f, "--ckpt-keep") == 0) rc = num(f, v, 0, 1e6, &x), c->ckpt_keep = (int)x;
         else if (strcmp(f, "-n") == 0 || strcmp(f, "--nproc") == 0 || strcmp(f, "--hostfile") == 0) continue;
@@ -184,6 +210,7 @@ int dt_cli_rl(int full_argc, char **full_argv) {
     deadline = dt_stop_deadline();
     c.stop_poll = stop_poll;
     c.stop_ctx = &deadline;
+    if (g_n_inject) c.rollout_hook = rollout_hook;
     dt_comm *w = NULL;
     if (dt_comm_init(dt_under_mpi_launcher(), &w)) {
         fprintf(stderr, "dtrain rl: %s\n", dt_error_msg());
@@ -207,9 +234,20 @@ int dt_cli_rl(int full_argc, char **full_argv) {
         }
     } else if (dt_comm_rank(w) == 0) {
         int n = dt_comm_size(w);
-        printf("trained %s: %lld env steps in %.1f s (%.0f/s, %d actor%s), eval return %.1f over %d episodes\n", c.env,
+        printf("trained %s: %lld env steps in %.1f s (%.0f/s, %d actor%s), eval return %.1f over %d episodes%s%s%s\n", c.env,
                (long long)res.env_steps, res.seconds, res.env_steps_per_s, n > 1 ? n - 1 : 1, n > 2 ? "s" : "", res.eval_return,
-               c.eval_episodes);
+               c.eval_episodes, res.lost_actors ? "; without the lost actor" : "", res.lost_actors > 1 ? "s " : " ",
+               res.lost_actors ? res.lost_desc : "");
+        if (res.lost_actors) dt_launch_report_done(res.lost_desc);
+    }
+    if (!st && res.lost_actors) {
+        /* A rank is gone: MPI_Finalize would wait for it. Rank 0 has written
+         * every output; the others wait for its word, then all end. */
+        fflush(NULL);
+        dt_status rs = dt_ps_release(w, 2.0 * c.timeout + 10.0);
+        if (rs) fprintf(stderr, "dtrain rl: rank %d: %s\n", dt_comm_rank(w), dt_error_msg());
+        fflush(NULL);
+        _exit(rs ? 1 : 0);
     }
     dt_comm_destroy(w);
     dt_comm_finalize();
