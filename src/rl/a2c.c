@@ -338,6 +338,10 @@ dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res) {
     if (!st && c->async && r.n > 1) st = r.rank == 0 ? rl_learner_async(&r, res) : rl_actor_async(&r);
     else if (!st) st = run_sync(&r, res, &res->stopped_at);
     if (!st && r.rank > 0) res->lost_actors = r.lost_seen;
+    if (!st && r.rank == 0 && r.start >= c->updates) { /* resumed at its end: still evaluated */
+        float m;
+        if (!(st = evaluate(r.p, c, &m))) res->eval_return = m;
+    }
     res->seconds = dt_now() - r.t0;
     res->env_steps = r.steps;
     res->env_steps_per_s = (double)(r.steps - steps0) / (res->seconds > 1e-9 ? res->seconds : 1e-9);
