@@ -64,6 +64,14 @@ dt_status dt_diverge_parse(const char *spec, dt_diverge_cfg *out);
 void dt_train_request_stop(int signo);
 int dt_train_stop_signal(void);   /* the pending request's signal, -1 when none */
 void dt_train_stop_reset(void);   /* forgets a request (embedders running several runs) */
+/* A stop request as a code 1..255 for drivers whose ranks pass it in their
+ * messages (0: none): the pending signal's, else 1 when the wall-clock
+ * deadline (dt_now seconds, <= 0 none) would not hold one more step of
+ * step_s, a checkpoint of save_s and a margin (two steps, at least a second).
+ * dt_train_stop_reason turns a code back: the signal (0: none named), -1 the
+ * deadline. */
+int dt_train_stop_code(double deadline, double step_s, double save_s);
+int dt_train_stop_reason(int code);
 
 typedef struct dt_train_cfg {
     dt_model_cfg model;

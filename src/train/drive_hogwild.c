@@ -173,7 +173,7 @@ static dt_status hw_train(hw_ctx *h, dt_hogwild_cfg *hc, double *loss) {
     if (st) return st;
     int64_t end = stopped >= 0 ? stopped : r->total;
     res->stopped_at = stopped;
-    res->stop_signal = stopped >= 0 ? tr_stop_reason(code) : 0;
+    res->stop_signal = stopped >= 0 ? dt_train_stop_reason(code) : 0;
     res->resumed_from = r->start_step > 0 ? r->start_step : -1;
     res->seconds = dt_now() - t0;
     res->steps = end;

@@ -159,7 +159,7 @@ static dt_status ps_serve(ps_run *p) {
     }
     dt_ps_stop stop;
     if ((st = dt_ps_serve(r->m, r->world, &pc, &p->scfg, &r->sched, p->hist, p->lost, &stop))) return st;
-    if (stop.at >= 0) return tr_stop_note(r, stop.at, tr_stop_reason(stop.code), NAN, c->ckpt_dir != NULL);
+    if (stop.at >= 0) return tr_stop_note(r, stop.at, dt_train_stop_reason(stop.code), NAN, c->ckpt_dir != NULL);
     return DT_OK;
 }
 
@@ -275,7 +275,7 @@ static dt_status stop_save(ps_run *p, int64_t step) {
     bool ck = r->c->ckpt_dir != NULL; /* every worker meets at the barrier, the writers write */
     dt_status st = ck && p->last_ckpt != step ? worker_ckpt(p, step) : DT_OK;
     if (!st && p->ckw) st = dt_ckpt_flush(p->ckw);
-    return st ? st : tr_stop_note(r, step, tr_stop_reason(p->stop_code), r->res->final_loss, ck);
+    return st ? st : tr_stop_note(r, step, dt_train_stop_reason(p->stop_code), r->res->final_loss, ck);
 }
 
 static dt_status ps_work(ps_run *p) {

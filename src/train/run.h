@@ -192,10 +192,8 @@ float tr_spike_scale(const tr_run *r, int64_t step);
 void tr_stop_timed(tr_run *r, double step_s, const dt_ckpt_writer *w);
 /* Drivers whose ranks do not vote (ps, hogwild): this process's stop request
  * as a code 1..255 (0: none): a caught signal, or (deadline) the deadline
- * near; tr_stop_reason turns a code back into the signal (0: none named, -1:
- * the deadline). */
+ * near (dt_train_stop_reason turns it back). */
 int tr_stop_code(const tr_run *r, bool deadline);
-int tr_stop_reason(int code);
 /* The step's loss over the world with the stop request, the deadline votes
  * and grad_bad in the same all-reduce (collective over the world). */
 dt_status tr_vote(tr_run *r, double loss_d, bool grad_bad, tr_verdict *v);

@@ -90,12 +90,20 @@ float tr_spike_scale(const tr_run *r, int64_t step) {
 
 /* The deadline is near when what is left would not hold one more step, a
  * checkpoint and a margin (two steps, at least a second). */
-static bool deadline_near(const tr_run *r) {
-    if (r->c->deadline <= 0) return false;
-    const tr_stop *s = &r->stop;
-    double margin = 2 * s->step_s > 1.0 ? 2 * s->step_s : 1.0;
-    return dt_now() + s->step_s + s->save_s + margin >= r->c->deadline;
+static bool near(double deadline, double step_s, double save_s) {
+    double margin = 2 * step_s > 1.0 ? 2 * step_s : 1.0;
+    return deadline > 0 && dt_now() + step_s + save_s + margin >= deadline;
 }
+
+static bool deadline_near(const tr_run *r) { return near(r->c->deadline, r->stop.step_s, r->stop.save_s); }
+
+int dt_train_stop_code(double deadline, double step_s, double save_s) {
+    int sig = dt_train_stop_signal();
+    if (sig >= 0) return sig + 2 < 256 ? sig + 2 : 2;
+    return near(deadline, step_s, save_s) ? 1 : 0;
+}
+
+int dt_train_stop_reason(int code) { return code == 1 ? -1 : code - 2; }
 
 void tr_stop_timed(tr_run *r, double step_s, const dt_ckpt_writer *w) {
     tr_stop *s = &r->stop;
@@ -106,12 +114,8 @@ void tr_stop_timed(tr_run *r, double step_s, const dt_ckpt_writer *w) {
 }
 
 int tr_stop_code(const tr_run *r, bool deadline) {
-    int sig = dt_train_stop_signal();
-    if (sig >= 0) return sig + 2 < 256 ? sig + 2 : 2;
-    return deadline && deadline_near(r) ? 1 : 0;
+    return dt_train_stop_code(deadline ? r->c->deadline : 0, r->stop.step_s, r->stop.save_s);
 }
-
-int tr_stop_reason(int code) { return code == 1 ? -1 : code - 2; }
 
 dt_status tr_vote(tr_run *r, double loss_d, bool grad_bad, tr_verdict *v) {
     int sig = dt_train_stop_signal();

@@ -147,14 +147,11 @@ static int stop_poll(void *ctx) {
         if (step < d) step = d;
     }
     last = now;
-    int sig = dt_train_stop_signal();
-    if (sig >= 0) return sig + 2 < 256 ? sig + 2 : 2;
-    double margin = 2 * step > 1.0 ? 2 * step : 1.0;
-    return *deadline > 0 && now + step + 0.2 + margin >= *deadline ? 1 : 0;
+    return dt_train_stop_code(*deadline, step, 0.2);
 }
 
 static void print_stopped(const dt_rl_result *r) {
-    int sig = r->stop_code - 2;
+    int sig = dt_train_stop_reason(r->stop_code);
     const char *name = sig > 0 ? dt_stop_signal_name(sig) : NULL;
     char why[64];
     if (name) snprintf(why, sizeof why, "on SIG%s", name);
