@@ -137,6 +137,29 @@ bool dt_comm_diagnose(dt_comm *c, double grace, char *buf, size_t n);
 /* The grace a job gives dt_comm_diagnose: its deadline, at most this. */
 #define DT_DIAGNOSE_GRACE_MAX 5.0
 
+/* ---- joining a running job (dynamic.c) -----------------------------------------
+ * A listener accepts connections from processes outside the job (MPI's
+ * dynamic processes; under Open MPI both jobs need the same ompi-server). Each
+ * connection is a 2-rank communicator: the listener's side rank 0, the
+ * connecting side rank 1. Authenticating the peer is the caller's work. */
+typedef struct dt_listener dt_listener;
+/* Opens a port and starts accepting on a thread of its own. */
+dt_status dt_listener_open(dt_listener **out);
+/* The port's name, for the processes that will connect. */
+const char *dt_listener_port(const dt_listener *l);
+/* The next connection accepted (*out NULL: none yet); never blocks. */
+dt_status dt_listener_poll(dt_listener *l, dt_comm **out);
+/* Marks the listener closing: from now on it picks up nothing, and the
+ * connection that shows `knock` (n <= 128 bytes; dt_knock from another
+ * process: a process cannot connect to itself) ends its thread. */
+void dt_listener_shut(dt_listener *l, const void *knock, size_t n);
+/* After dt_listener_shut: waits up to `seconds` for the knock, frees it (NULL ok). */
+void dt_listener_close(dt_listener *l, double seconds);
+/* Connects to a listener's port: the 2-rank communicator, this side rank 1. */
+dt_status dt_connect(const char *port, dt_comm **out);
+/* Connects, shows knock, lets go: ends a shut listener's thread. */
+dt_status dt_knock(const char *port, const void *knock, size_t n);
+
 /* ---- point-to-point ------------------------------------------------------------ */
 typedef struct dt_req {
     void *impl;       /* MPI_Request storage (opaque) */

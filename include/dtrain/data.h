@@ -109,6 +109,11 @@ void dt_sampler_next(dt_sampler *s, int global_batch, int64_t *idx, int *local_n
 void dt_sampler_set_weights(dt_sampler *s, const double *weights);
 /* Moves to (epoch, index), regenerating the permutation; index in [0, n]. */
 dt_status dt_sampler_seek(dt_sampler *s, int64_t epoch, int64_t index);
+/* From the next batch on, this sampler takes shard `rank` of `world` (elastic
+ * membership: the split may change between batches, the batches do not). */
+void dt_sampler_set_share(dt_sampler *s, int rank, int world);
+/* Moves to where a fresh sampler is after k global batches of global_batch. */
+dt_status dt_sampler_skip(dt_sampler *s, int global_batch, int64_t k);
 
 #ifdef __cplusplus
 }

@@ -91,14 +91,27 @@ typedef struct dt_ps_cfg {
      * process was asked to stop, 0 otherwise. NULL: never. */
     int (*stop_poll)(void *ctx);
     void *stop_ctx;
+    /* Elastic (ASP/SSP): slots for this many workers over the run (the world's
+     * included; slots are not reused), 0: no joins. secret: what a joiner must
+     * show (up to 64 characters). publish: server 0 tells the caller its join
+     * port (for the joiners to find). */
+    int max_workers;
+    const char *secret;
+    void (*publish)(void *ctx, const char *port);
+    void *publish_ctx;
 } dt_ps_cfg;
 
 /* How a run stopped: the clock K every worker stopped at (-1: it ran to its
  * end) and the stop code server 0 decided on. */
-typedef struct dt_ps_stop {
-    int64_t at;
-    int code;
-} dt_ps_stop;
+typedef struct dt_ps_outcome {
+    int64_t stop_at;            /* the clock every worker stopped at, -1: the run ran to its end */
+    int stop_code;              /* server 0's stop code */
+    int64_t samples;            /* server 0: samples in the gradients it applied */
+    int joined, departed;       /* server 0: workers that joined, left on request */
+} dt_ps_outcome;
+
+/* Worker slots a run has: the world's W workers, or cfg->max_workers when elastic. */
+static inline int dt_ps_slots(const dt_ps_cfg *cfg, int W) { return cfg->max_workers > W ? cfg->max_workers : W; }
 
 #define DT_PS_HIST 32           /* staleness histogram bins (the last collects the rest) */
 
@@ -114,14 +127,30 @@ void dt_ps_delay_compensate(float *g, const float *w_now, const float *w_read, s
 /* Server: serves until every worker has finished or been dropped, then tells
  * the others which were dropped. m->w holds the initial parameters; on return
  * the server's range holds the final ones. hist counts applied gradients by
- * staleness. lost (W entries, or NULL): the clock at which each worker was
- * dropped, -1 for the ones that finished. stop (or NULL): whether the workers
- * stopped early, and where. */
+ * staleness. lost (dt_ps_slots entries, or NULL): the clock at which each
+ * worker was dropped, -1 for the others. out (or NULL): whether the workers
+ * stopped early and where, and server 0's counts. */
 dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const dt_optim_cfg *ocfg,
-                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost, dt_ps_stop *stop);
+                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost, dt_ps_outcome *out);
 
 typedef struct dt_ps_client dt_ps_client;
 dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg);
+/* A worker joining a running elastic job from outside it: connects to server
+ * 0's port (then to the others), shows cfg->secret, and gets its slot and
+ * the clock it starts pulling at (*slot, *clock). cfg: the job's (servers,
+ * mode, compression). Fails with one line when refused. */
+dt_status dt_ps_client_join(dt_ps_client **out, dt_model *m, const char *port, const dt_ps_cfg *cfg, double timeout,
+                            int *slot, int64_t *clock);
+/* This worker's share of the global batch it computes next (after dt_ps_pull):
+ * its index among the clock's members and their count. */
+void dt_ps_client_share(const dt_ps_client *c, int *index, int *members);
+/* The samples this step's pushes carry (this worker's share of the global batch). */
+void dt_ps_client_count(dt_ps_client *c, int samples);
+/* Asks to leave the job (elastic; not worker 0): the next requests carry it. */
+void dt_ps_client_request_leave(dt_ps_client *c);
+/* The clock this worker leaves at, once server 0 has fixed it, else -1: the
+ * worker whose pull for that clock returned finishes (dt_ps_finish). */
+int64_t dt_ps_client_leave_at(const dt_ps_client *c);
 void dt_ps_client_destroy(dt_ps_client *c); /* NULL ok */
 /* The worker's compression session (its error-feedback residual), or NULL. */
 dt_gc *dt_ps_client_gc(dt_ps_client *c);
@@ -147,15 +176,16 @@ dt_status dt_ps_checkpoint(dt_ps_client *c, int64_t clock);
 /* Tells the servers this worker is done and waits until every worker has
  * finished or been dropped (the servers' farewell says which). */
 dt_status dt_ps_finish(dt_ps_client *c);
-/* After dt_ps_finish: W entries, the clock at which each worker was dropped
+/* After dt_ps_finish: dt_ps_slots entries, the clock at which each worker was dropped
  * (by any server), -1 for the ones that finished. Owned by the client. */
 const int64_t *dt_ps_client_lost(const dt_ps_client *c);
 /* After dt_ps_serve / dt_ps_finish: rank 0 (a worker) receives every range of
- * the final parameters into m->w and the sum of the servers' staleness
- * histograms into hist (servers send theirs; other workers return at once).
+ * the final parameters into m->w, the sum of the servers' staleness
+ * histograms into hist and server 0's counts into out (samples, joined,
+ * departed; servers pass theirs in out; other workers return at once).
  * Point-to-point between the servers and rank 0 only, so a lost worker does
  * not stop it. */
-dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, uint64_t hist[DT_PS_HIST]);
+dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, uint64_t hist[DT_PS_HIST], dt_ps_outcome *out);
 /* The end of a job that lost workers, which cannot end through MPI_Finalize
  * (its barrier would wait for a dead rank), and whose launcher takes the job
  * down as soon as one rank exits without it: rank 0 calls this once every

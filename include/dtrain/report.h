@@ -88,6 +88,8 @@ typedef struct dt_ps_summary {
     int n_hist;
     const int *lost;         /* world ranks of the workers dropped as lost */
     int n_lost;
+    int64_t samples;         /* samples in the gradients applied (server 0's count) */
+    int joined, departed;    /* elastic: workers that joined, left on request */
 } dt_ps_summary;
 
 /* on_end: the run finished, or stopped on request (res->stopped_at >= 0);

@@ -101,6 +101,10 @@ typedef struct dt_train_cfg {
     dt_inject inject[8];     /* fault injection (tests, demos); fires in the first attempt only */
     /* checkpoints */
     const char *ckpt_dir;    /* NULL: no checkpoints */
+    /* A worker joining a running elastic parameter-server job (ps.max_workers
+     * > 0) from outside it: server 0's port and the job's run directory (its
+     * join.token); NULL: a member of its own job. */
+    const char *join_port, *join_dir;
     int64_t ckpt_every;      /* steps between checkpoints (0: only at the end) */
     int ckpt_keep;           /* complete checkpoints kept (0: all) [3] */
     int ckpt_replicas;       /* each host's checkpoint files also kept on this many other hosts,
@@ -162,6 +166,8 @@ typedef struct dt_train_result {
      * MPI_Finalize (its barrier would wait for the dead rank). */
     int lost_workers;
     char lost_desc[160];     /* "rank 2 at clock 19, ..." */
+    int64_t samples;         /* parameter server, rank 0: samples in the gradients applied */
+    bool left;               /* parameter server: this worker left the job on request */
     dt_gc_stats comp;        /* gradient compression, whole run, this rank */
     /* Stopped on request or by the deadline (steps < the run's total): */
     int64_t stopped_at;      /* the step after which every rank stopped; -1: ran to its end */

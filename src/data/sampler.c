@@ -108,3 +108,16 @@ dt_status dt_sampler_seek(dt_sampler *s, int64_t epoch, int64_t index) {
     sampler_fill(s);
     return DT_OK;
 }
+
+void dt_sampler_set_share(dt_sampler *s, int rank, int world) {
+    DT_ASSERT(world >= 1 && rank >= 0 && rank < world);
+    s->rank = rank;
+    s->world = world;
+}
+
+dt_status dt_sampler_skip(dt_sampler *s, int global_batch, int64_t k) {
+    if (global_batch < 1 || k < 0) return dt_errorf(DT_ERR_INVALID, "sampler: cannot skip %lld batches of %d", (long long)k, global_batch);
+    int64_t per = s->drop_last ? s->n / global_batch : (s->n + global_batch - 1) / global_batch;
+    if (per < 1) return dt_sampler_seek(s, 0, 0); /* no full batch ever: next answers empty */
+    return dt_sampler_seek(s, k / per, (k % per) * global_batch);
+}

@@ -5,12 +5,16 @@
  * and the wire format in ps_internal.h. */
 #include "ps_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 struct dt_ps_client {
     dt_model *m;
-    dt_comm *c;
-    int S, W;
+    dt_comm *c;                 /* the world, or a joined worker's link to server 0 */
+    int S, W, cap;              /* W: the world's workers; cap: worker slots */
+    dt_comm **sc;               /* per server: its communicator (the world, or a joined link) */
+    int *sr;                    /* per server: its rank there */
+    bool joined;                /* sc are this worker's own links */
     size_t *lo, *len;
     int64_t clock;
     int64_t *read_clock;        /* per server: global clock of the last pull */
@@ -30,16 +34,22 @@ struct dt_ps_client {
     int stop;                   /* the stop code asked for or heard of, 0 none */
     int stop_code;              /* server 0's decision: its code and clock */
     int64_t stop_at;
+    int index, members;         /* this worker's share of the clock it pulled */
+    int64_t samples;            /* in this step's pushes */
+    bool leave;                 /* asked to leave */
+    int64_t leave_at;           /* server 0's answer, -1 none */
+    char (*ports)[DT_PS_PORT_MAX]; /* worker 0, elastic: the servers' join ports (knocked at the end) */
+    char secret[DT_PS_SECRET_MAX];
 };
 
-dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg) {
-    *out = NULL;
+/* The fields both ways of making a client share; NULL when out of memory. */
+static dt_ps_client *client_alloc(dt_model *m, const dt_ps_cfg *cfg, int W) {
     dt_ps_client *c = dt_calloc(1, sizeof *c);
-    if (!c) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    if (!c) return NULL;
     c->m = m;
-    c->c = world;
     c->S = cfg->servers;
-    c->W = dt_comm_size(world) - cfg->servers;
+    c->W = W;
+    c->cap = dt_ps_slots(cfg, W);
     c->lo = dt_calloc((size_t)c->S, sizeof(size_t));
     c->len = dt_calloc((size_t)c->S, sizeof(size_t));
     c->read_clock = dt_calloc((size_t)c->S, sizeof(int64_t));
@@ -47,30 +57,69 @@ dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, c
     c->rep_hdr = dt_calloc((size_t)c->S, sizeof(rep));
     c->push_req = dt_calloc((size_t)c->S * 2, sizeof(dt_req));
     c->pushed = dt_calloc((size_t)c->S, sizeof(bool));
-    c->lost = dt_calloc((size_t)c->W, sizeof(int64_t));
+    c->lost = dt_calloc((size_t)c->cap, sizeof(int64_t));
+    c->sc = dt_calloc((size_t)c->S, sizeof(dt_comm *));
+    c->sr = dt_calloc((size_t)c->S, sizeof(int));
+    if (!c->lo || !c->len || !c->read_clock || !c->push_hdr || !c->rep_hdr || !c->push_req || !c->pushed || !c->lost ||
+        !c->sc || !c->sr) {
+        dt_ps_client_destroy(c);
+        return NULL;
+    }
+    for (int s = 0; s < c->S; s++) dt_ps_range_of(m->n, c->S, s, &c->lo[s], &c->len[s]);
+    for (int w = 0; w < c->cap; w++) c->lost[w] = -1;
+    c->stop_at = c->leave_at = -1;
+    c->with_push = dt_ps_pull_with_push(cfg);
+    snprintf(c->secret, sizeof c->secret, "%s", cfg->secret ? cfg->secret : "");
+    return c;
+}
+
+/* The compressed pushes' encoder (this worker's error feedback) and buffers. */
+static dt_status client_gc(dt_ps_client *c, const dt_ps_cfg *cfg, int rank) {
+    if (cfg->comp.comp.kind == DT_COMP_NONE) return DT_OK;
+    dt_status st = dt_gc_create(&c->gc, &cfg->comp, c->m, rank, c->cap, c->len[0]);
+    c->enc = st ? NULL : dt_calloc((size_t)c->S, sizeof(uint8_t *));
+    for (int s = 0; !st && c->enc && s < c->S; s++)
+        if (!(c->enc[s] = dt_malloc(dt_gc_max_bytes(c->gc, c->lo[s], c->lo[s] + c->len[s]) + 1))) st = DT_ERR_NOMEM;
+    if (st || !c->enc) return st == DT_ERR_NOMEM || !st ? dt_errorf(DT_ERR_NOMEM, "out of memory for compressed pushes") : st;
+    return DT_OK;
+}
+
+/* Worker 0 of an elastic job: the servers' join ports, to knock at the end. */
+static dt_status recv_ports(dt_ps_client *c) {
+    if (!(c->ports = dt_calloc((size_t)c->S, DT_PS_PORT_MAX))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    dt_status st = DT_OK;
+    for (int s = 0; s < c->S && !st; s++) {
+        dt_req r;
+        st = dt_irecv(c->c, c->ports[s], DT_PS_PORT_MAX, c->W + s, TAG_PORT, &r);
+        if (!st) st = dt_waitall(c->c, &r, 1, "parameter server: the servers' join ports");
+        c->ports[s][DT_PS_PORT_MAX - 1] = '\0';
+    }
+    return st;
+}
+
+dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, const dt_ps_cfg *cfg) {
+    *out = NULL;
+    int W = dt_comm_size(world) - cfg->servers;
+    dt_ps_client *c = client_alloc(m, cfg, W);
+    if (!c) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    c->c = world;
+    for (int s = 0; s < c->S; s++) {
+        c->sc[s] = world;
+        c->sr[s] = W + s;
+    }
+    c->index = dt_comm_rank(world);
+    c->members = W;
     /* A server may hold a worker while it waits out a lost one's liveness limit:
      * the deadline covers that on top of the usual one. */
     c->deadline = dt_comm_timeout(world);
     if (cfg->mode != DT_PS_BSP && cfg->liveness > 0 && c->deadline > 0) c->deadline += cfg->liveness;
-    if (!c->lo || !c->len || !c->read_clock || !c->push_hdr || !c->rep_hdr || !c->push_req || !c->pushed || !c->lost) {
-        dt_ps_client_destroy(c);
-        return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    }
-    for (int s = 0; s < c->S; s++) dt_ps_range_of(m->n, c->S, s, &c->lo[s], &c->len[s]);
-    for (int w = 0; w < c->W; w++) c->lost[w] = -1;
     c->clock = cfg->start_clock - 1;
-    c->stop_at = -1;
-    c->with_push = dt_ps_pull_with_push(cfg);
     c->pull_asked = c->with_push; /* the servers register the first pull */
-    if (cfg->comp.comp.kind != DT_COMP_NONE) {
-        dt_status st = dt_gc_create(&c->gc, &cfg->comp, m, dt_comm_rank(world), c->W, c->len[0]);
-        c->enc = st ? NULL : dt_calloc((size_t)c->S, sizeof(uint8_t *));
-        for (int s = 0; !st && c->enc && s < c->S; s++)
-            if (!(c->enc[s] = dt_malloc(dt_gc_max_bytes(c->gc, c->lo[s], c->lo[s] + c->len[s]) + 1))) st = DT_ERR_NOMEM;
-        if (st || !c->enc) {
-            dt_ps_client_destroy(c);
-            return st == DT_ERR_NOMEM || !st ? dt_errorf(DT_ERR_NOMEM, "out of memory for compressed pushes") : st;
-        }
+    dt_status st = client_gc(c, cfg, dt_comm_rank(world));
+    if (!st && cfg->max_workers > 0 && dt_comm_rank(world) == 0) st = recv_ports(c);
+    if (st) {
+        dt_ps_client_destroy(c);
+        return st;
     }
     *out = c;
     return DT_OK;
@@ -78,6 +127,10 @@ dt_status dt_ps_client_create(dt_ps_client **out, dt_model *m, dt_comm *world, c
 
 void dt_ps_client_destroy(dt_ps_client *c) {
     if (!c) return;
+    for (int s = 0; c->joined && c->sc && s < c->S; s++) dt_comm_destroy(c->sc[s]);
+    dt_free(c->sc);
+    dt_free(c->sr);
+    dt_free(c->ports);
     dt_free(c->lo);
     dt_free(c->len);
     dt_free(c->read_clock);
@@ -102,24 +155,31 @@ static dt_status recv_values(dt_ps_client *c, int64_t clock) {
         return dt_errorf(DT_ERR_INVALID, "parameter server client: pull for step %lld, but step %lld was asked for",
                          (long long)clock, (long long)c->clock + 1);
     c->pull_asked = false;
-    int S = c->S, W = c->W;
+    int S = c->S;
     dt_req *r = dt_calloc((size_t)S * 3, sizeof(dt_req));
     if (!r) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    c->pull_hdr = (hdr){REQ_PULL | (int64_t)c->stop << 8, clock, 0, 0};
+    c->pull_hdr = (hdr){REQ_PULL | (int64_t)c->stop << 8 | (c->leave ? DT_PS_LEAVE : 0), clock, 0, 0, 0, 0};
     dt_status st = DT_OK;
     for (int s = 0; s < S && !st; s++) {
-        st = dt_irecv(c->c, &c->rep_hdr[s], sizeof(rep), W + s, TAG_REP, &r[3 * s]);
-        if (!st) st = dt_irecv(c->c, c->m->w + c->lo[s], c->len[s] * sizeof(float), W + s, TAG_VAL, &r[3 * s + 1]);
-        if (!st && !asked) st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r[3 * s + 2]);
+        st = dt_irecv(c->sc[s], &c->rep_hdr[s], sizeof(rep), c->sr[s], TAG_REP, &r[3 * s]);
+        if (!st) st = dt_irecv(c->sc[s], c->m->w + c->lo[s], c->len[s] * sizeof(float), c->sr[s], TAG_VAL, &r[3 * s + 1]);
+        if (!st && !asked) st = dt_isend(c->sc[s], &c->pull_hdr, sizeof(hdr), c->sr[s], TAG_REQ, &r[3 * s + 2]);
         else r[3 * s + 2].done = true;
     }
-    /* A pull may wait for slower workers (BSP/SSP): no deadline beyond the comm's. */
-    if (!st) st = dt_waitall_for(c->c, r, 3 * S, c->deadline, "parameter server pull");
+    /* A pull may wait for slower workers (BSP/SSP): no deadline beyond the comm's.
+     * A joined worker's requests are on several communicators: wait per server. */
+    for (int s = 0; s < S && !st; s++)
+        st = dt_waitall_for(c->sc[s], r + 3 * s, 3, c->deadline, "parameter server pull");
     for (int s = 0; s < S && !st; s++) {
         c->read_clock[s] = c->rep_hdr[s].clock;
         /* A stop one server heard of goes on to the others in the pushes. */
         if (!c->stop && c->rep_hdr[s].stop > 0 && c->rep_hdr[s].stop < 256) c->stop = (int)c->rep_hdr[s].stop;
     }
+    if (!st && c->rep_hdr[0].members > 0) {
+        c->index = (int)c->rep_hdr[0].index;
+        c->members = (int)c->rep_hdr[0].members;
+    }
+    if (!st && c->leave_at < 0 && c->rep_hdr[0].leave_at >= 0) c->leave_at = c->rep_hdr[0].leave_at;
     if (!st && c->stop_at < 0 && c->rep_hdr[0].stop_at >= 0) {
         c->stop_at = c->rep_hdr[0].stop_at;
         c->stop_code = (int)c->rep_hdr[0].stop;
@@ -139,17 +199,18 @@ dt_status dt_ps_pull(dt_ps_client *c, int64_t clock, bool last) {
 }
 
 static dt_status push_range(dt_ps_client *c, int s) {
-    int64_t type = (c->with_push && !c->last ? REQ_PUSH_PULL : REQ_PUSH) | (int64_t)c->stop << 8;
-    c->push_hdr[s] = (hdr){type, c->clock, c->read_clock[s], 0};
+    int64_t type = (c->with_push && !c->last ? REQ_PUSH_PULL : REQ_PUSH) | (int64_t)c->stop << 8 | (c->leave ? DT_PS_LEAVE : 0);
+    c->push_hdr[s] = (hdr){type, c->clock, c->read_clock[s], 0, c->members, c->samples};
     size_t bytes = 0;
     if (c->gc) {
         bytes = dt_gc_encode(c->gc, c->m->g, c->lo[s], c->lo[s] + c->len[s], c->enc[s],
                              (uint64_t)c->clock * (uint64_t)c->S + (uint64_t)s);
         c->push_hdr[s].pad = (int64_t)bytes;
     }
-    dt_status st = dt_isend(c->c, &c->push_hdr[s], sizeof(hdr), c->W + s, TAG_REQ, &c->push_req[2 * s]);
-    if (!st && c->gc) st = dt_isend(c->c, c->enc[s], bytes, c->W + s, TAG_DATA, &c->push_req[2 * s + 1]);
-    else if (!st) st = dt_isend(c->c, c->m->g + c->lo[s], c->len[s] * sizeof(float), c->W + s, TAG_DATA, &c->push_req[2 * s + 1]);
+    dt_status st = dt_isend(c->sc[s], &c->push_hdr[s], sizeof(hdr), c->sr[s], TAG_REQ, &c->push_req[2 * s]);
+    if (!st && c->gc) st = dt_isend(c->sc[s], c->enc[s], bytes, c->sr[s], TAG_DATA, &c->push_req[2 * s + 1]);
+    else if (!st)
+        st = dt_isend(c->sc[s], c->m->g + c->lo[s], c->len[s] * sizeof(float), c->sr[s], TAG_DATA, &c->push_req[2 * s + 1]);
     c->pushed[s] = true;
     return st;
 }
@@ -170,7 +231,7 @@ dt_status dt_ps_push_end(dt_ps_client *c) {
     dt_status st = c->err;
     for (int s = c->S - 1; s >= 0 && !st; s--)
         if (!c->pushed[s]) st = push_range(c, s);
-    if (!st) st = dt_waitall_for(c->c, c->push_req, 2 * c->S, c->deadline, "parameter server push");
+    for (int s = 0; s < c->S && !st; s++) st = dt_waitall_for(c->sc[s], c->push_req + 2 * s, 2, c->deadline, "parameter server push");
     c->pull_asked = !st && c->with_push && !c->last;
     memset(c->m->g, 0, c->m->n * sizeof(float));
     return st;
@@ -186,58 +247,133 @@ int64_t dt_ps_client_stop_at(const dt_ps_client *c, int *code) {
 }
 
 dt_status dt_ps_checkpoint(dt_ps_client *c, int64_t clock) {
-    hdr q = {REQ_CKPT | (int64_t)c->stop << 8, clock, 0, 0};
+    hdr q = {REQ_CKPT | (int64_t)c->stop << 8 | (c->leave ? DT_PS_LEAVE : 0), clock, 0, 0, 0, 0};
     dt_status st = DT_OK;
     for (int s = 0; s < c->S && !st; s++) {
         dt_req r;
-        st = dt_isend(c->c, &q, sizeof q, c->W + s, TAG_REQ, &r);
-        if (!st) st = dt_waitall_for(c->c, &r, 1, c->deadline, "parameter server checkpoint");
+        st = dt_isend(c->sc[s], &q, sizeof q, c->sr[s], TAG_REQ, &r);
+        if (!st) st = dt_waitall_for(c->sc[s], &r, 1, c->deadline, "parameter server checkpoint");
     }
     for (int s = 0; s < c->S && !st; s++) {
         hdr ack;
         dt_req r;
-        st = dt_irecv(c->c, &ack, sizeof ack, c->W + s, TAG_ACK, &r);
-        if (!st) st = dt_waitall_for(c->c, &r, 1, c->deadline, "parameter server checkpoint");
+        st = dt_irecv(c->sc[s], &ack, sizeof ack, c->sr[s], TAG_ACK, &r);
+        if (!st) st = dt_waitall_for(c->sc[s], &r, 1, c->deadline, "parameter server checkpoint");
     }
     return st;
 }
 
 dt_status dt_ps_finish(dt_ps_client *c) {
-    int S = c->S, W = c->W;
+    int S = c->S, cap = c->cap;
     /* A run with no step left (resumed at its end) still has the first pull
      * the server registered: take it, so the server's reply completes. */
     dt_status st = c->pull_asked ? recv_values(c, c->clock + 1) : DT_OK;
     if (st) return st;
-    /* Stopped: the servers learn where (those that did not decide it). */
+    /* Stopped: the servers learn where (those that did not decide it). Leaving:
+     * the servers say farewell at once. */
     bool stopped = c->stop_at >= 0 && c->clock == c->stop_at;
-    c->pull_hdr = (hdr){REQ_DONE, c->clock, stopped ? c->stop_at : -1, 0};
+    bool leaving = c->leave_at >= 0 && c->clock == c->leave_at;
+    c->pull_hdr = (hdr){REQ_DONE | (leaving ? DT_PS_LEAVE : 0), c->clock, stopped ? c->stop_at : -1, 0, 0, 0};
     for (int s = 0; s < S && !st; s++) {
         dt_req r;
-        st = dt_isend(c->c, &c->pull_hdr, sizeof(hdr), W + s, TAG_REQ, &r);
-        if (!st) st = dt_waitall_for(c->c, &r, 1, c->deadline, "parameter server finish");
+        st = dt_isend(c->sc[s], &c->pull_hdr, sizeof(hdr), c->sr[s], TAG_REQ, &r);
+        if (!st) st = dt_waitall_for(c->sc[s], &r, 1, c->deadline, "parameter server finish");
     }
     if (st) return st;
     /* The farewell comes when every worker has finished or been dropped. */
-    int64_t *bye = dt_calloc((size_t)S * (size_t)W, sizeof(int64_t));
+    int64_t *bye = dt_calloc((size_t)S * (size_t)cap, sizeof(int64_t));
     dt_req *r = dt_calloc((size_t)S, sizeof(dt_req));
     if (!bye || !r) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
     for (int s = 0; s < S && !st; s++)
-        st = dt_irecv(c->c, bye + (size_t)s * (size_t)W, (size_t)W * sizeof(int64_t), W + s, TAG_BYE, &r[s]);
+        st = dt_irecv(c->sc[s], bye + (size_t)s * (size_t)cap, (size_t)cap * sizeof(int64_t), c->sr[s], TAG_BYE, &r[s]);
     /* The farewell waits for a lost worker to be dropped (liveness after its
      * last message) and, when that ends the run (worker 0), for the server's
      * report (its grace and the 2 s after it, src/train/end.c): this worker's
      * own timeout must not race the server's better report. */
     double bye_deadline = c->deadline > 0 && c->deadline > dt_comm_timeout(c->c) ? c->deadline + DT_DIAGNOSE_GRACE_MAX + 2.0
                                                                                : c->deadline;
-    if (!st) st = dt_waitall_for(c->c, r, S, bye_deadline, "parameter server farewell (waiting for the other workers to finish)");
     for (int s = 0; s < S && !st; s++)
-        for (int w = 0; w < W; w++) {
-            int64_t v = bye[(size_t)s * (size_t)W + (size_t)w];
+        st = dt_waitall_for(c->sc[s], r + s, 1, bye_deadline, "parameter server farewell (waiting for the other workers to finish)");
+    for (int s = 0; s < S && !st; s++)
+        for (int w = 0; w < cap; w++) {
+            int64_t v = bye[(size_t)s * (size_t)cap + (size_t)w];
             if (v > c->lost[w]) c->lost[w] = v;
         }
     dt_free(bye);
     dt_free(r);
-    return st;
+    /* Worker 0 of an elastic job: the servers' join ports close on its knock. */
+    for (int s = 0; s < S && !st && c->ports; s++)
+        if ((st = dt_knock(c->ports[s], c->secret, strlen(c->secret))))
+            dt_log(DT_LOG_WARN, "cannot close server %d's join port: %s", s, dt_error_msg());
+    return c->ports ? DT_OK : st;
 }
+
+dt_status dt_ps_client_join(dt_ps_client **out, dt_model *m, const char *port, const dt_ps_cfg *cfg, double timeout,
+                            int *slot, int64_t *clock) {
+    *out = NULL;
+    if (cfg->mode == DT_PS_BSP || cfg->max_workers <= 0)
+        return dt_errorf(DT_ERR_INVALID, "workers can join only an elastic ASP or SSP job (--elastic MAX)");
+    dt_ps_client *c = client_alloc(m, cfg, 0);
+    if (!c) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    c->joined = true;
+    c->deadline = timeout + (cfg->liveness > 0 ? cfg->liveness : 0);
+    char (*ports)[DT_PS_PORT_MAX] = dt_calloc((size_t)c->S, DT_PS_PORT_MAX);
+    dt_status st = ports ? DT_OK : dt_errorf(DT_ERR_NOMEM, "out of memory");
+    if (ports) snprintf(ports[0], DT_PS_PORT_MAX, "%s", port);
+    join_req q = {.kind = JOIN_NEW, .slot = -1, .clock = -1};
+    snprintf(q.secret, sizeof q.secret, "%s", c->secret);
+    join_rep a = {0};
+    for (int s = 0; s < c->S && !st; s++) {
+        if ((st = dt_connect(ports[s], &c->sc[s]))) break;
+        dt_comm_set_timeout(c->sc[s], timeout);
+        c->sr[s] = 0;
+        dt_req r[3];
+        r[2].done = true;
+        st = dt_isend(c->sc[s], &q, sizeof q, 0, TAG_JOIN, &r[0]);
+        if (!st) st = dt_irecv(c->sc[s], &a, sizeof a, 0, TAG_JOIN, &r[1]);
+        if (!st) st = dt_waitall_for(c->sc[s], r, 2, timeout, "joining the job (waiting for the server's answer)");
+        if (!st && !a.ok) {
+            a.why[sizeof a.why - 1] = '\0';
+            st = dt_errorf(DT_ERR_INVALID, "server %d refused this worker: %s", s, a.why);
+        }
+        if (!st && s == 0 && (a.servers != c->S || a.cap != c->cap))
+            st = dt_errorf(DT_ERR_INVALID, "the job has %lld servers and %lld worker slots, this worker was told %d and %d",
+                           (long long)a.servers, (long long)a.cap, c->S, c->cap);
+        if (!st && s == 0 && c->S > 1) { /* the other servers' ports */
+            st = dt_irecv(c->sc[0], ports[1], (size_t)(c->S - 1) * DT_PS_PORT_MAX, 0, TAG_JOIN, &r[2]);
+            if (!st) st = dt_waitall_for(c->sc[0], &r[2], 1, timeout, "joining the job (the servers' ports)");
+            for (int k = 1; k < c->S; k++) ports[k][DT_PS_PORT_MAX - 1] = '\0';
+        }
+        if (!st && s == 0) q = (join_req){.kind = JOIN_ATTACH, .slot = a.slot, .clock = a.clock};
+        if (!st && s == 0) snprintf(q.secret, sizeof q.secret, "%s", c->secret);
+    }
+    dt_free(ports);
+    if (!st) {
+        c->c = c->sc[0];
+        c->index = -1;
+        c->members = 0;
+        c->clock = a.clock - 1;
+        st = client_gc(c, cfg, (int)a.slot);
+    }
+    if (st) {
+        dt_ps_client_destroy(c);
+        return st;
+    }
+    *slot = (int)a.slot;
+    *clock = a.clock;
+    *out = c;
+    return DT_OK;
+}
+
+void dt_ps_client_share(const dt_ps_client *c, int *index, int *members) {
+    *index = c->index;
+    *members = c->members;
+}
+
+void dt_ps_client_count(dt_ps_client *c, int samples) { c->samples = samples; }
+
+void dt_ps_client_request_leave(dt_ps_client *c) { c->leave = true; }
+
+int64_t dt_ps_client_leave_at(const dt_ps_client *c) { return c->leave_at; }
 
 const int64_t *dt_ps_client_lost(const dt_ps_client *c) { return c->lost; }

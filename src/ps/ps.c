@@ -23,17 +23,27 @@ dt_status dt_ps_cfg_parse(const char *s, dt_ps_cfg *out) {
     return DT_OK;
 }
 
-dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, uint64_t hist[DT_PS_HIST]) {
+dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, uint64_t hist[DT_PS_HIST], dt_ps_outcome *out) {
     int N = dt_comm_size(world), S = cfg->servers, W = N - S, me = dt_comm_rank(world);
     dt_status st = DT_OK;
-    uint64_t h[DT_PS_HIST];
-    if (me == 0) memset(hist, 0, DT_PS_HIST * sizeof(uint64_t));
+    uint64_t h[DT_PS_HIST + 3], mine[DT_PS_HIST + 3];
+    if (me >= W) {
+        memcpy(mine, hist, DT_PS_HIST * sizeof(uint64_t));
+        mine[DT_PS_HIST] = (uint64_t)out->samples;
+        mine[DT_PS_HIST + 1] = (uint64_t)out->joined;
+        mine[DT_PS_HIST + 2] = (uint64_t)out->departed;
+    }
+    if (me == 0) {
+        memset(hist, 0, DT_PS_HIST * sizeof(uint64_t));
+        out->samples = 0;
+        out->joined = out->departed = 0;
+    }
     for (int s = 0; s < S && !st; s++) {
         size_t lo, len;
         dt_ps_range_of(m->n, S, s, &lo, &len);
         dt_req r[2];
         if (me == W + s) {
-            st = dt_isend(world, hist, DT_PS_HIST * sizeof(uint64_t), 0, TAG_HIST, &r[0]);
+            st = dt_isend(world, mine, sizeof mine, 0, TAG_HIST, &r[0]);
             if (!st) st = dt_isend(world, m->w + lo, len * sizeof(float), 0, TAG_FINAL, &r[1]);
             if (!st) st = dt_waitall(world, r, 2, "parameter server final gather");
         } else if (me == 0) {
@@ -41,6 +51,11 @@ dt_status dt_ps_gather_final(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, 
             if (!st) st = dt_irecv(world, m->w + lo, len * sizeof(float), W + s, TAG_FINAL, &r[1]);
             if (!st) st = dt_waitall(world, r, 2, "parameter server final gather");
             for (int i = 0; i < DT_PS_HIST && !st; i++) hist[i] += h[i];
+            if (!st) {
+                out->samples += (int64_t)h[DT_PS_HIST];
+                out->joined += (int)h[DT_PS_HIST + 1];
+                out->departed += (int)h[DT_PS_HIST + 2];
+            }
         }
     }
     return st;

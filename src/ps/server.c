@@ -9,51 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct server {
-    dt_model *m;
-    dt_comm *c;
-    dt_ps_cfg cfg;
-    int W, me, n_active;
-    dt_req *in_req;             /* per worker: the posted header receive */
-    hdr *in_hdr;
-    double *last;               /* per worker: dt_now() of the last message either way */
-    int64_t *lost;              /* per worker: clock when dropped, -1 */
-    size_t lo, len;
-    dt_optim *opt;
-    const dt_lr_sched *sched;
-    int64_t *clock;             /* per worker: steps pushed */
-    bool *active;
-    int64_t *pending;           /* per worker: clock of a pull waiting, -1 none */
-    float **outbuf;             /* per worker: snapshot being sent */
-    dt_req *out_req;            /* per worker: 2 sends (header, values) */
-    bool *out_busy;
-    rep *out_hdr;
-    float *gin;                 /* receive buffer for one push */
-    dt_gc *gc;                  /* compressed pushes: decoder (no error feedback), or NULL */
-    uint8_t *ein;               /* its receive buffer */
-    size_t ein_cap;
-    float *bsp;                 /* BSP: (W, len) gradients of the current step */
-    int64_t bsp_clock;
-    int bsp_have;
-    bool *bsp_got;
-    float *agg_scratch, *agg_out;
-    uint64_t *hist;
-    int64_t *ck_clock;          /* per worker: clock of a checkpoint request, -1 none */
-    int64_t pushes;             /* ASP/SSP: pushes applied */
-    int64_t *read_pushes;       /* per worker: pushes applied when it last read */
-    int64_t *served;            /* per worker: clock of the last pull answered */
-    int stop_code;              /* a stop asked for (polled or heard of), 0 none */
-    int64_t stop_at;            /* server 0: the clock the workers stop at, -1 none */
-    int64_t stopped_at;         /* from the workers' farewells: where they stopped */
-} server;
-
 static int64_t global_clock(const server *sv) {
     int64_t g = INT64_MAX;
-    for (int w = 0; w < sv->W; w++)
+    for (int w = 0; w < sv->n_slots; w++)
         if (sv->active[w] && sv->clock[w] < g) g = sv->clock[w];
     if (g == INT64_MAX) { /* every worker done: the furthest clock */
         g = 0;
-        for (int w = 0; w < sv->W; w++) g = sv->clock[w] > g ? sv->clock[w] : g;
+        for (int w = 0; w < sv->n_slots; w++) g = sv->clock[w] > g ? sv->clock[w] : g;
     }
     return g;
 }
@@ -85,15 +47,21 @@ static bool pull_ready(const server *sv, int64_t c) {
 
 static dt_status reply(server *sv, int w) {
     dt_status st = DT_OK;
+    dt_comm *lc = dt_ps_link(sv, w);
+    int to = dt_ps_link_rank(sv, w);
     if (sv->out_busy[w]) {
-        st = dt_waitall(sv->c, &sv->out_req[2 * w], 2, "parameter server reply");
+        st = dt_waitall(lc, &sv->out_req[2 * w], 2, "parameter server reply");
         sv->out_busy[w] = false;
         if (st) return st;
     }
     memcpy(sv->outbuf[w], sv->m->w + sv->lo, sv->len * sizeof(float));
-    sv->out_hdr[w] = (rep){sv->stop_code, global_clock(sv), sv->stop_at, 0};
-    st = dt_isend(sv->c, &sv->out_hdr[w], sizeof(rep), w, TAG_REP, &sv->out_req[2 * w]);
-    if (!st) st = dt_isend(sv->c, sv->outbuf[w], sv->len * sizeof(float), w, TAG_VAL, &sv->out_req[2 * w + 1]);
+    int64_t index = 0, members = 0;
+    if (sv->me == 0) dt_ps_share(sv, w, sv->pending[w], &index, &members);
+    if (sv->pending[w] + 1 > sv->horizon) sv->horizon = sv->pending[w] + 1;
+    int64_t leave = sv->me == 0 && sv->leave_at[w] != INT64_MAX ? sv->leave_at[w] : -1;
+    sv->out_hdr[w] = (rep){sv->stop_code, global_clock(sv), sv->stop_at, index, members, leave};
+    st = dt_isend(lc, &sv->out_hdr[w], sizeof(rep), to, TAG_REP, &sv->out_req[2 * w]);
+    if (!st) st = dt_isend(lc, sv->outbuf[w], sv->len * sizeof(float), to, TAG_VAL, &sv->out_req[2 * w + 1]);
     if (!st) sv->out_busy[w] = true;
     sv->served[w] = sv->pending[w];
     sv->pending[w] = -1;
@@ -134,25 +102,29 @@ static void try_apply_bsp(server *sv) {
  * after its last push before it, so that cut is applied), then release them. */
 static dt_status try_checkpoint(server *sv) {
     int64_t c = -1;
-    for (int w = 0; w < sv->W; w++) {
-        if (!sv->active[w]) continue;
-        if (sv->ck_clock[w] < 0 || (c >= 0 && sv->ck_clock[w] != c)) return DT_OK;
+    for (int w = 0; w < sv->n_slots; w++) {
+        if (!sv->active[w] || sv->ck_clock[w] < 0) continue;
+        if (c >= 0 && sv->ck_clock[w] != c) return DT_OK;
         c = sv->ck_clock[w];
     }
     if (c < 0) return DT_OK;
+    /* Everyone running takes part, except a worker that joined at c or later
+     * (it starts from that cut, so it has nothing before it to push). */
+    for (int w = 0; w < sv->n_slots; w++)
+        if (sv->active[w] && sv->ck_clock[w] < 0 && sv->join_at[w] < c) return DT_OK;
     dt_status st = sv->cfg.ckpt ? sv->cfg.ckpt(sv->cfg.ckpt_ctx, c, sv->lo, sv->len, sv->opt) : DT_OK;
-    hdr ack = {0, c, 0, 0};
-    for (int w = 0; w < sv->W && !st; w++) {
-        if (!sv->active[w]) continue;
+    hdr ack = {0, c, 0, 0, 0, 0};
+    for (int w = 0; w < sv->n_slots && !st; w++) {
+        if (!sv->active[w] || sv->ck_clock[w] != c) continue;
         dt_req r;
-        st = dt_isend(sv->c, &ack, sizeof ack, w, TAG_ACK, &r);
-        if (!st) st = dt_waitall(sv->c, &r, 1, "parameter server checkpoint");
+        st = dt_isend(dt_ps_link(sv, w), &ack, sizeof ack, dt_ps_link_rank(sv, w), TAG_ACK, &r);
+        if (!st) st = dt_waitall(dt_ps_link(sv, w), &r, 1, "parameter server checkpoint");
         sv->ck_clock[w] = -1;
     }
     /* Messages may have waited while the files were written: nobody's silence
      * counts from before. */
     double now = dt_now();
-    for (int w = 0; w < sv->W; w++) sv->last[w] = now;
+    for (int w = 0; w < sv->n_slots; w++) sv->last[w] = now;
     return st;
 }
 
@@ -166,9 +138,9 @@ static dt_status drop_worker(server *sv, int w, const char *why) {
                          "parameter server: worker 0 (rank 0, which writes the metrics, weights and checkpoints) is gone "
                          "(%s) at clock %lld; the run cannot finish without it",
                          why, (long long)sv->clock[0]);
-    dt_cancel(sv->c, &sv->in_req[w], 1);
+    dt_cancel(dt_ps_link(sv, w), &sv->in_req[w], 1);
     if (sv->out_busy[w]) {
-        dt_cancel(sv->c, &sv->out_req[2 * w], 2);
+        dt_cancel(dt_ps_link(sv, w), &sv->out_req[2 * w], 2);
         sv->out_busy[w] = false;
         sv->outbuf[w] = NULL; /* MPI may still hold it: never freed */
     }
@@ -176,11 +148,19 @@ static dt_status drop_worker(server *sv, int w, const char *why) {
     sv->pending[w] = -1;
     sv->ck_clock[w] = -1;
     sv->n_active--;
-    int left = 0;
-    for (int k = 0; k < sv->W; k++) left += sv->lost[k] < 0;
-    if (sv->me == 0)
-        dt_log(DT_LOG_WARN, "parameter server: worker rank %d is lost (%s); its last clock was %lld; going on with %d of %d workers",
-               dt_comm_world_rank(sv->c, w), why, (long long)sv->clock[w], left, sv->W);
+    /* Elastic: its share of the batch goes to the others from the next clock
+     * nobody has passed. */
+    if (sv->me == 0 && sv->cfg.max_workers > 0 && sv->leave_at[w] == INT64_MAX) {
+        int64_t k = dt_ps_change_clock(sv);
+        sv->leave_at[w] = k > sv->clock[w] ? k : sv->clock[w];
+    }
+    if (sv->me == 0) {
+        char who[32];
+        if (w < sv->W) snprintf(who, sizeof who, "rank %d", dt_comm_world_rank(sv->c, w));
+        else snprintf(who, sizeof who, "%d (joined)", w);
+        dt_log(DT_LOG_WARN, "parameter server: worker %s is lost (%s); its last clock was %lld; going on with %d workers",
+               who, why, (long long)sv->clock[w], sv->n_active);
+    }
     return try_checkpoint(sv);
 }
 
@@ -196,13 +176,13 @@ static dt_status recv_push(server *sv, int w, const hdr *h, bool *gone) {
         if (h->pad < 0 || (size_t)h->pad > sv->ein_cap)
             return dt_errorf(DT_ERR_COMM, "parameter server: worker %d announced a %lld-byte compressed push (at most %zu)", w,
                              (long long)h->pad, sv->ein_cap);
-        st = dt_irecv(sv->c, sv->ein, (size_t)h->pad, w, TAG_DATA, &r);
+        st = dt_irecv(dt_ps_link(sv, w), sv->ein, (size_t)h->pad, dt_ps_link_rank(sv, w), TAG_DATA, &r);
     } else {
-        st = dt_irecv(sv->c, sv->gin, sv->len * sizeof(float), w, TAG_DATA, &r);
+        st = dt_irecv(dt_ps_link(sv, w), sv->gin, sv->len * sizeof(float), dt_ps_link_rank(sv, w), TAG_DATA, &r);
     }
     if (st) return st;
     if (sv->cfg.liveness <= 0) {
-        st = dt_waitall(sv->c, &r, 1, "parameter server push");
+        st = dt_waitall(dt_ps_link(sv, w), &r, 1, "parameter server push");
         if (!st && sv->gc) st = dt_gc_decode(sv->gc, sv->ein, (size_t)h->pad, sv->gin, sv->lo, sv->lo + sv->len);
         return st;
     }
@@ -210,10 +190,10 @@ static dt_status recv_push(server *sv, int w, const hdr *h, bool *gone) {
     uint64_t ns = 2000;
     for (;;) {
         int k;
-        if ((st = dt_testany(sv->c, &r, 1, &k))) {
+        if ((st = dt_testany(dt_ps_link(sv, w), &r, 1, &k))) {
             char why[320];
             snprintf(why, sizeof why, "its push failed: %s", dt_error_msg());
-            dt_cancel(sv->c, &r, 1);
+            dt_cancel(dt_ps_link(sv, w), &r, 1);
             *gone = true;
             return drop_worker(sv, w, why);
         }
@@ -221,7 +201,7 @@ static dt_status recv_push(server *sv, int w, const hdr *h, bool *gone) {
         if (dt_now() - t0 > sv->cfg.liveness) {
             char why[128];
             snprintf(why, sizeof why, "its push stopped halfway for %.1f s", dt_now() - t0);
-            dt_cancel(sv->c, &r, 1);
+            dt_cancel(dt_ps_link(sv, w), &r, 1);
             *gone = true;
             return drop_worker(sv, w, why);
         }
@@ -234,6 +214,7 @@ static dt_status on_push(server *sv, int w, const hdr *h) {
     dt_status st = recv_push(sv, w, h, &gone);
     if (st || gone) return st;
     sv->last[w] = dt_now();
+    if (sv->me == 0) sv->samples += h->samples;
     if (sv->cfg.mode == DT_PS_BSP) {
         /* Workers cannot run ahead under BSP, so every push is for bsp_clock. */
         if (h->clock != sv->bsp_clock || sv->bsp_got[w])
@@ -247,8 +228,11 @@ static dt_status on_push(server *sv, int w, const hdr *h) {
         try_apply_bsp(sv);
     } else {
         count_staleness(sv, h->read_clock);
-        float scale = 1.0f / (float)sv->W;
-        if (sv->cfg.staleness_lr) scale *= dt_ps_staleness_scale(sv->pushes - sv->read_pushes[w], sv->W);
+        /* A full round of pushes is one step of the global batch: each push
+         * counts for 1 / (the workers its share was split over). */
+        int members = h->members > 0 ? (int)h->members : sv->W;
+        float scale = 1.0f / (float)members;
+        if (sv->cfg.staleness_lr) scale *= dt_ps_staleness_scale(sv->pushes - sv->read_pushes[w], members);
         /* outbuf[w]: the values this worker read at its last pull */
         if (sv->cfg.dc_lambda > 0 && sv->outbuf[w])
             dt_ps_delay_compensate(sv->gin, sv->m->w + sv->lo, sv->outbuf[w], sv->len, sv->cfg.dc_lambda);
@@ -265,7 +249,7 @@ static dt_status check_liveness(server *sv) {
     if (sv->cfg.liveness <= 0) return DT_OK;
     double now = dt_now();
     dt_status st = DT_OK;
-    for (int w = 0; w < sv->W && !st; w++) {
+    for (int w = 0; w < sv->n_slots && !st; w++) {
         if (!sv->active[w] || sv->pending[w] >= 0 || sv->ck_clock[w] >= 0) continue;
         if (now - sv->last[w] <= sv->cfg.liveness) continue;
         char why[128];
@@ -279,13 +263,17 @@ static dt_status check_liveness(server *sv) {
 /* Tells every worker still there which were dropped (the lost ones are not
  * waiting for it). */
 static dt_status say_goodbye(server *sv) {
-    dt_req *r = dt_calloc((size_t)sv->W, sizeof(dt_req));
+    dt_req *r = dt_calloc((size_t)sv->cap, sizeof(dt_req));
     if (!r) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     dt_status st = DT_OK;
-    int n = 0;
-    for (int w = 0; w < sv->W && !st; w++)
-        if (sv->lost[w] < 0) st = dt_isend(sv->c, sv->lost, (size_t)sv->W * sizeof(int64_t), w, TAG_BYE, &r[n++]);
-    if (!st) st = dt_waitall(sv->c, r, n, "parameter server farewell");
+    for (int w = 0; w < sv->n_slots && !st; w++) {
+        r[w].done = true;
+        if (sv->lost[w] < 0 && !sv->left[w])
+            st = dt_isend(dt_ps_link(sv, w), sv->lost, (size_t)sv->cap * sizeof(int64_t), dt_ps_link_rank(sv, w), TAG_BYE, &r[w]);
+    }
+    /* Each on its own communicator: wait one by one. */
+    for (int w = 0; w < sv->n_slots && !st; w++)
+        if (!r[w].done) st = dt_waitall(dt_ps_link(sv, w), &r[w], 1, "parameter server farewell");
     dt_free(r);
     return st;
 }
@@ -293,13 +281,17 @@ static dt_status say_goodbye(server *sv) {
 /* The per-worker arrays, the compressed-push decoder, the BSP step buffers and
  * the range's optimizer. */
 static dt_status server_alloc(server *sv, const dt_optim_cfg *ocfg) {
-    size_t W = (size_t)sv->W;
+    size_t W = (size_t)sv->cap;
+    sv->lc = dt_calloc(W, sizeof(dt_comm *));
     sv->in_req = dt_calloc(W, sizeof(dt_req));
     sv->in_hdr = dt_calloc(W, sizeof(hdr));
     sv->last = dt_calloc(W, sizeof(double));
     sv->lost = dt_calloc(W, sizeof(int64_t));
     sv->clock = dt_calloc(W, sizeof(int64_t));
     sv->active = dt_calloc(W, sizeof(bool));
+    sv->left = dt_calloc(W, sizeof(bool));
+    sv->join_at = dt_calloc(W, sizeof(int64_t));
+    sv->leave_at = dt_calloc(W, sizeof(int64_t));
     sv->pending = dt_calloc(W, sizeof(int64_t));
     sv->outbuf = dt_calloc(W, sizeof(float *));
     sv->out_req = dt_calloc(W * 2, sizeof(dt_req));
@@ -310,6 +302,11 @@ static dt_status server_alloc(server *sv, const dt_optim_cfg *ocfg) {
     sv->ck_clock = dt_calloc(W, sizeof(int64_t));
     sv->read_pushes = dt_calloc(W, sizeof(int64_t));
     sv->served = dt_calloc(W, sizeof(int64_t));
+    for (size_t w = 0; sv->lost && sv->left && sv->in_req && w < W; w++) {
+        sv->lost[w] = -1; /* unused slots too: the farewell sends them all */
+        sv->left[w] = w >= (size_t)sv->W; /* a slot not yet joined counts as gone */
+        sv->in_req[w].done = true;
+    }
     dt_status st = DT_OK;
     if (sv->cfg.comp.comp.kind != DT_COMP_NONE) {
         /* Compressed pushes: a decoder only (the residuals are the workers'). */
@@ -320,6 +317,8 @@ static dt_status server_alloc(server *sv, const dt_optim_cfg *ocfg) {
         sv->ein = dt_malloc(sv->ein_cap ? sv->ein_cap : 1);
         if (!sv->ein) return dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
     }
+    if (!sv->lc || !sv->left || !sv->join_at || !sv->leave_at)
+        return dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
     if (!sv->in_req || !sv->in_hdr || !sv->last || !sv->lost || !sv->clock || !sv->active || !sv->pending || !sv->outbuf ||
         !sv->out_req || !sv->out_busy || !sv->out_hdr || !sv->gin || !sv->bsp_got || !sv->ck_clock || !sv->read_pushes || !sv->served)
         return dt_errorf(DT_ERR_NOMEM, "out of memory in the parameter server");
@@ -336,7 +335,12 @@ static dt_status server_alloc(server *sv, const dt_optim_cfg *ocfg) {
 
 static void server_free(server *sv) {
     dt_optim_destroy(sv->opt);
-    for (int w = 0; sv->outbuf && w < sv->W; w++) dt_free(sv->outbuf[w]);
+    for (int w = 0; sv->outbuf && w < sv->n_slots; w++) dt_free(sv->outbuf[w]);
+    for (int w = 0; sv->lc && w < sv->n_slots; w++) dt_comm_destroy(sv->lc[w]);
+    dt_free(sv->lc);
+    dt_free(sv->left);
+    dt_free(sv->join_at);
+    dt_free(sv->leave_at);
     dt_free(sv->in_req);
     dt_free(sv->in_hdr);
     dt_free(sv->last);
@@ -368,21 +372,12 @@ static dt_status server_start(server *sv) {
     if (cfg->M0 && sv->opt->m) memcpy(sv->opt->m, cfg->M0 + sv->lo, sv->len * sizeof(float));
     if (cfg->V0 && sv->opt->v) memcpy(sv->opt->v, cfg->V0 + sv->lo, sv->len * sizeof(float));
     if (cfg->start_clock > 0) sv->opt->t = cfg->t0;
-    double now = dt_now();
     dt_status st = DT_OK;
-    for (int w = 0; w < sv->W && !st; w++) {
-        sv->active[w] = true;
-        sv->pending[w] = dt_ps_pull_with_push(cfg) ? cfg->start_clock : -1;
-        sv->ck_clock[w] = -1;
-        sv->lost[w] = -1;
-        sv->last[w] = now;
-        sv->clock[w] = cfg->start_clock;
-        sv->served[w] = cfg->start_clock - 1;
-        if (!(sv->outbuf[w] = dt_alloc_floats(sv->len))) st = dt_errorf(DT_ERR_NOMEM, "out of memory");
-        if (!st) st = dt_irecv(sv->c, &sv->in_hdr[w], sizeof(hdr), w, TAG_REQ, &sv->in_req[w]);
-    }
-    sv->n_active = sv->W;
     sv->stop_at = sv->stopped_at = -1;
+    for (int w = 0; w < sv->W && !st; w++) {
+        st = dt_ps_slot_start(sv, w, NULL, cfg->start_clock);
+        if (dt_ps_pull_with_push(cfg)) sv->pending[w] = cfg->start_clock;
+    }
     return st;
 }
 
@@ -391,6 +386,7 @@ static dt_status on_request(server *sv, int k) {
     hdr h = sv->in_hdr[k];
     sv->last[k] = dt_now();
     if (!sv->stop_code) sv->stop_code = dt_ps_req_stop(h.type);
+    bool leave = dt_ps_req_leave(h.type) && sv->cfg.max_workers > 0;
     h.type = dt_ps_req_type(h.type);
     dt_status st = DT_OK;
     if (h.type == REQ_PUSH || h.type == REQ_PUSH_PULL) {
@@ -402,14 +398,19 @@ static dt_status on_request(server *sv, int k) {
         sv->ck_clock[k] = h.clock;
         st = try_checkpoint(sv);
     } else if (h.type == REQ_DONE) {
-        if (h.read_clock >= 0) sv->stopped_at = h.read_clock;
+        if (h.read_clock >= 0 && !leave) sv->stopped_at = h.read_clock;
         sv->active[k] = false;
         sv->n_active--;
         if (sv->cfg.mode == DT_PS_BSP) try_apply_bsp(sv);
+        if (leave) st = dt_ps_elastic_farewell(sv, k);
+        if (!st) st = try_checkpoint(sv); /* it may have been the one the barrier waited for */
+        return st;
     } else {
         st = dt_errorf(DT_ERR_COMM, "parameter server: bad request type %lld from rank %d", (long long)h.type, k);
     }
-    if (!st && sv->active[k]) st = dt_irecv(sv->c, &sv->in_hdr[k], sizeof(hdr), k, TAG_REQ, &sv->in_req[k]);
+    if (!st && leave && sv->me == 0) dt_ps_elastic_leave(sv, k);
+    if (!st && sv->active[k])
+        st = dt_irecv(dt_ps_link(sv, k), &sv->in_hdr[k], sizeof(hdr), dt_ps_link_rank(sv, k), TAG_REQ, &sv->in_req[k]);
     return st;
 }
 
@@ -420,21 +421,17 @@ static dt_status on_request(server *sv, int k) {
  * from now on). A worker that has finished its last step (ASP, SSP) leaves no
  * earlier cut: the run goes on to its end. */
 static void decide_stop(server *sv) {
-    int64_t k = -1;
-    for (int w = 0; w < sv->W; w++) {
+    for (int w = 0; w < sv->n_slots; w++) {
         if (!sv->active[w]) {
-            if (sv->lost[w] < 0) {
+            if (sv->lost[w] < 0 && !sv->left[w]) {
                 dt_log(DT_LOG_WARN, "parameter server: a stop was asked for, but worker rank %d has finished its last step "
                        "already; the others run to the end", dt_comm_world_rank(sv->c, w));
                 sv->stop_at = INT64_MAX;
                 return;
             }
-            continue;
         }
-        int64_t next = sv->ck_clock[w] >= 0 ? sv->ck_clock[w] : sv->pending[w] >= 0 ? sv->pending[w] : sv->served[w] + 1;
-        if (next > k) k = next;
     }
-    sv->stop_at = k;
+    sv->stop_at = dt_ps_furthest_meet(sv);
 }
 
 /* One poll: at most one request handled (or one lost worker dropped, or the
@@ -442,7 +439,7 @@ static void decide_stop(server *sv) {
  * when nothing arrived, a nap of *ns (reset once something does). */
 static dt_status serve_once(server *sv, uint64_t *ns) {
     int k;
-    dt_status st = dt_testany(sv->c, sv->in_req, sv->W, &k);
+    dt_status st = dt_testany(sv->c, sv->in_req, sv->n_slots, &k);
     if (st) {
         /* A failed connection: under ASP/SSP that worker is lost. */
         if (sv->cfg.liveness <= 0 || k < 0) return st;
@@ -458,7 +455,8 @@ static dt_status serve_once(server *sv, uint64_t *ns) {
     }
     if (!sv->stop_code && sv->cfg.stop_poll) sv->stop_code = sv->cfg.stop_poll(sv->cfg.stop_ctx);
     if (sv->stop_code && sv->me == 0 && sv->stop_at < 0) decide_stop(sv);
-    for (int w = 0; w < sv->W && !st; w++)
+    if (!st && sv->lis) st = dt_ps_elastic_poll(sv);
+    for (int w = 0; w < sv->n_slots && !st; w++)
         if (sv->pending[w] >= 0 && pull_ready(sv, sv->pending[w])) st = reply(sv, w);
     if (k < 0 && !st) dt_ps_nap(ns);
     return st;
@@ -475,18 +473,19 @@ static dt_status serve_loop(server *sv) {
 /* The last replies' sends complete before their buffers go. */
 static dt_status drain_replies(server *sv) {
     dt_status st = DT_OK;
-    for (int w = 0; w < sv->W && !st; w++)
+    for (int w = 0; w < sv->n_slots && !st; w++)
         if (sv->out_busy[w]) {
-            st = dt_waitall(sv->c, &sv->out_req[2 * w], 2, "parameter server reply");
+            st = dt_waitall(dt_ps_link(sv, w), &sv->out_req[2 * w], 2, "parameter server reply");
             sv->out_busy[w] = false;
         }
     return st;
 }
 
 dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const dt_optim_cfg *ocfg,
-                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost, dt_ps_stop *stop) {
+                      const dt_lr_sched *sched, uint64_t hist[DT_PS_HIST], int64_t *lost, dt_ps_outcome *out) {
     int N = dt_comm_size(world), S = cfg->servers, W = N - S, me = dt_comm_rank(world) - W;
     server sv = {.m = m, .c = world, .cfg = *cfg, .W = W, .me = me, .sched = sched, .hist = hist};
+    sv.cap = dt_ps_slots(cfg, W);
     if (cfg->mode == DT_PS_BSP) sv.cfg.liveness = 0;
     if (cfg->agg.kind == DT_AGG_CCLIP) /* the trainer refuses it first, with the whole story */
         return dt_errorf(DT_ERR_INVALID, "parameter server: --aggregate cclip needs its centre checkpointed, which the servers do not do");
@@ -494,11 +493,17 @@ dt_status dt_ps_serve(dt_model *m, dt_comm *world, const dt_ps_cfg *cfg, const d
     memset(hist, 0, DT_PS_HIST * sizeof(uint64_t));
     dt_status st = server_alloc(&sv, ocfg);
     if (!st) st = server_start(&sv);
+    if (!st && cfg->max_workers > 0) st = dt_ps_elastic_open(&sv);
     if (!st) st = serve_loop(&sv);
     if (!st) st = drain_replies(&sv);
+    /* Closing the join port takes worker 0's knock, which follows the farewell. */
+    if (sv.lis) dt_listener_shut(sv.lis, sv.cfg.secret, strlen(sv.cfg.secret));
     if (!st) st = say_goodbye(&sv);
-    if (!st && lost) memcpy(lost, sv.lost, (size_t)W * sizeof(int64_t));
-    if (stop) *stop = (dt_ps_stop){sv.stopped_at, sv.stopped_at >= 0 ? sv.stop_code : 0};
+    dt_ps_elastic_close(&sv);
+    if (!st && lost) memcpy(lost, sv.lost, (size_t)sv.cap * sizeof(int64_t));
+    if (out)
+        *out = (dt_ps_outcome){.stop_at = sv.stopped_at, .stop_code = sv.stopped_at >= 0 ? sv.stop_code : 0,
+                               .samples = sv.samples, .joined = sv.joined, .departed = sv.departed};
     server_free(&sv);
     return st;
 }

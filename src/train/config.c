@@ -167,6 +167,12 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if ((c->ps.staleness_lr || c->ps.dc_lambda > 0) && (c->strategy != DT_STRATEGY_PS || c->ps.mode == DT_PS_BSP))
         return dt_errorf(DT_ERR_INVALID, "--staleness-lr and --dc-asgd are for the parameter server's asynchronous modes: "
                                          "--strategy ps --consistency asp or ssp:K");
+    if (c->ps.max_workers > 0 && (c->strategy != DT_STRATEGY_PS || c->ps.mode == DT_PS_BSP))
+        return dt_errorf(DT_ERR_INVALID, "--elastic is for the parameter server's asynchronous modes (--strategy ps "
+                         "--consistency asp or ssp:K); synchronous runs change size by restarting from a checkpoint "
+                         "(--supervise, docs/FAULT_TOLERANCE.md)");
+    if (c->ps.max_workers > 0 && !c->out_dir && !c->join_port)
+        return dt_errorf(DT_ERR_INVALID, "--elastic needs --out DIR: the joiners find the job there (join.json, join.token)");
     if (c->dp.comp.comp.kind != DT_COMP_NONE) {
         if (c->pp > 1 || c->tp > 1 || c->strategy == DT_STRATEGY_LOCALSGD || c->strategy == DT_STRATEGY_HOGWILD ||
             c->agg.kind != DT_AGG_NONE || byz || c->balance_dynamic)

@@ -501,6 +501,11 @@ static const dt_flag train_flags[] = {
        "without a worker that dies (worker 0 excepted)"),
     SW("staleness-lr", ps.staleness_lr, false, S_CONS, "parameter server, asp and ssp:K: scale each push's step by "
        "1/(1 + its staleness in rounds of W pushes)"),
+    STR("join", join_dir, TR, S_CONS, "OUT", "join the running elastic job whose --out is OUT as one more worker "
+        "(its flags come from OUT/join.json; flags given here, such as --threads or --timeout, come after them)", NULL),
+    INT("elastic", DT_FLAG_INT, ps.max_workers, 0, 1024, TR, S_CONS, "MAX", "parameter server, asp and ssp:K: "
+        "workers may join the running job (dtrain train --join OUT) and leave it (touch OUT/leave.K, or a signal to "
+        "a joined one), up to MAX workers over the run (0: off)"),
     NUM("dc-asgd", DT_FLAG_FLOAT, ps.dc_lambda, 0, 1e6, TR, S_CONS, "LAMBDA", "parameter server, asp and ssp:K: "
         "delay-compensated ASGD, each push's gradient g += LAMBDA g g (w_now - w_read) (0: off)"),
     CH("aggregate", aggregate, agg, TR, S_CONS, "mean|median|trimmed:B|krum:F[:M]|cclip[:TAU]", "gather every "

@@ -33,7 +33,16 @@ typedef struct ps_run {
     size_t done_lo;          /* worker momentum: [done_lo, n) already a direction */
     int64_t last_ckpt;       /* the clock of this worker's last checkpoint, -1 */
     int stop_code;           /* stopped: the stop's code (tr_stop_code), else 0 */
+    dt_ps_outcome out;       /* a server's counts (rank 0: every server's, after the final gather) */
+    /* elastic (src/train/elastic.c) */
+    int cap;                 /* worker slots */
+    int slot;                /* this worker's slot (its rank, or the one it joined as) */
+    bool left;               /* this worker left the job on request */
+    int members;             /* the workers the last step's batch was split over */
+    char secret[80];
 } ps_run;
+
+#include "elastic.h"
 
 static dt_status server_ckpt(void *ctx, int64_t clock, size_t lo, size_t len, const dt_optim *opt) {
     ps_run *p = ctx;
@@ -75,8 +84,15 @@ static dt_status ps_begin(ps_run *p) {
      * leave the workers waiting for it until the deadline. */
     dt_status st = dt_agg_check(&c->agg, p->W);
     if (st) return st;
-    if (!(p->lost = dt_calloc((size_t)p->W, sizeof(int64_t)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    for (int w = 0; w < p->W; w++) p->lost[w] = -1;
+    p->cap = dt_ps_slots(&c->ps, p->W);
+    p->slot = r->rank;
+    p->members = p->W;
+    if (c->ps.max_workers > 0 && c->ps.max_workers < p->W)
+        return dt_errorf(DT_ERR_INVALID, "--elastic %d is fewer than the job's %d workers: give the most workers the run may have",
+                         c->ps.max_workers, p->W);
+    if (c->ps.max_workers > 0 && (st = tr_elastic_secret(c->out_dir, p->secret, sizeof p->secret))) return st;
+    if (!(p->lost = dt_calloc((size_t)p->cap, sizeof(int64_t)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    for (int w = 0; w < p->cap; w++) p->lost[w] = -1;
     if (!r->quiet) {
         char dc[64] = "";
         if (c->ps.dc_lambda > 0) snprintf(dc, sizeof dc, ", delay-compensated (DC-ASGD, lambda %g)", c->ps.dc_lambda);
@@ -142,6 +158,9 @@ static dt_status ps_serve(ps_run *p) {
     pc.start_clock = start;
     pc.stop_poll = server_stop_poll;
     pc.stop_ctx = r;
+    pc.secret = p->secret;
+    pc.publish = tr_elastic_publish;
+    pc.publish_ctx = r;
     dt_status st = DT_OK;
     if (!dt_train_worker_momentum(c) && start > 0) {
         bool have_m = p->rcs.n_states >= 1;
@@ -157,9 +176,10 @@ static dt_status ps_serve(ps_run *p) {
         pc.tamper = tr_attack_tamper;
         pc.tamper_ctx = &p->att;
     }
-    dt_ps_stop stop;
-    if ((st = dt_ps_serve(r->m, r->world, &pc, &p->scfg, &r->sched, p->hist, p->lost, &stop))) return st;
-    if (stop.at >= 0) return tr_stop_note(r, stop.at, dt_train_stop_reason(stop.code), NAN, c->ckpt_dir != NULL);
+    dt_ps_outcome out;
+    if ((st = dt_ps_serve(r->m, r->world, &pc, &p->scfg, &r->sched, p->hist, p->lost, &out))) return st;
+    p->out = out;
+    if (out.stop_at >= 0) return tr_stop_note(r, out.stop_at, dt_train_stop_reason(out.stop_code), NAN, c->ckpt_dir != NULL);
     return DT_OK;
 }
 
@@ -196,6 +216,8 @@ static dt_status stop_here(ps_run *p, int64_t step, bool *stop) {
     int64_t k = dt_ps_client_stop_at(p->cl, &code);
     *stop = k >= 0 && k < p->r->total && k == step - 1;
     if (*stop) p->stop_code = code;
+    int64_t l = dt_ps_client_leave_at(p->cl);
+    if (!*stop && l >= 0 && l == step - 1 && l < p->r->total) *stop = p->left = true;
     if (k >= 0 && k < step - 1)
         return dt_errorf(DT_ERR_COMM, "parameter server: told to stop at clock %lld, but this worker is at %lld already",
                          (long long)k, (long long)step - 1);
@@ -215,8 +237,13 @@ static dt_status worker_step(ps_run *p, int64_t step, double *win, int *wn) {
     if (st || stop) return st;
     tr_step_hook(c, r->rank, step, DT_STEP_COMPUTE, r->slow_prev); /* before computing: a slower machine */
     double tcomp = dt_now();
-    int ln, gn;
+    int ln, gn, index, members;
+    dt_ps_client_share(p->cl, &index, &members);
+    if (index >= 0 && members > 0) dt_sampler_set_share(&r->ld.sampler, index, members);
+    p->members = members;
     dt_loader_next(&r->ld, c->batch, &ln, &gn);
+    if (index < 0) ln = 0; /* not a member of this clock (cannot happen: it would have left) */
+    dt_ps_client_count(p->cl, ln);
     dt_batch b = {.B = ln, .x = r->ld.x, .tokens = r->ld.tokens, .targets = r->ld.targets,
                   .loss_scale = ln ? 1.0f / ((float)ln * (float)m->loss_terms) : 0};
     if (ln > 0) {
@@ -261,7 +288,7 @@ static dt_status worker_report(ps_run *p, int64_t step, double *win, int *wn, do
                       .items_per_s = (double)(n * c->batch * (r->data.lm ? r->data.T : 1)) / (now - *tw),
                       .unit = r->data.lm ? "tokens" : "samples", .time_s = now - r->t0,
                       .eta_s = (double)(r->total - step) * (now - r->t0) / (double)(step - r->start_step),
-                      .workers = p->W, .servers = p->S};
+                      .workers = p->members, .servers = p->S};
     r->res->final_loss = lw;
     *win = 0;
     *wn = 0;
@@ -278,17 +305,21 @@ static dt_status stop_save(ps_run *p, int64_t step) {
     return st ? st : tr_stop_note(r, step, dt_train_stop_reason(p->stop_code), r->res->final_loss, ck);
 }
 
+static dt_status ps_loop(ps_run *p, int64_t start);
+
 static dt_status ps_work(ps_run *p) {
     tr_run *r = p->r;
     const dt_train_cfg *c = r->c;
     dt_model *m = r->m;
     int64_t start = r->start_step;
-    int maxB = (c->batch + p->W - 1) / p->W;
+    /* Elastic: a shrinking job splits the batch over fewer workers. */
+    int maxB = c->ps.max_workers > 0 ? c->batch : (c->batch + p->W - 1) / p->W;
     dt_ps_cfg pc = c->ps;
     pc.liveness = c->ps.mode == DT_PS_BSP ? 0 : c->timeout;
     pc.comp = c->dp.comp;
     pc.comp.seed = c->seed;
     pc.start_clock = start; /* the servers register every worker's first pull */
+    pc.secret = p->secret;  /* worker 0 knocks with it to close the join ports */
     dt_status st = DT_OK;
     if ((st = dt_ps_client_create(&p->cl, m, r->world, &pc))) return st;
     /* The servers inject ALIE; rank 0 says so. */
@@ -314,22 +345,66 @@ static dt_status ps_work(ps_run *p) {
     tr_run_info(r, DT_STRATEGY_PS, &info);
     info.dp = p->W;
     if ((st = tr_report_start(r, &info))) return st;
+    return ps_loop(p, start);
+}
+
+/* A worker's steps after `start`, to the end, a stop, or its leave; then its
+ * farewell. */
+static dt_status ps_loop(ps_run *p, int64_t start) {
+    tr_run *r = p->r;
+    const dt_train_cfg *c = r->c;
     double win = 0, tw = dt_now();
     int wn = 0;
     int64_t s = start + 1;
-    if (!st) st = tr_stop_init(r, m->n * sizeof(float) * 3);
+    dt_status st = tr_stop_init(r, r->m->n * sizeof(float) * 3);
     for (; s <= r->total && !st; s++) {
-        dt_ps_client_request_stop(p->cl, tr_stop_code(r, true));
+        int code = tr_stop_code(r, true);
+        /* A joined worker's signal takes it out of the job, not the job down. */
+        if (c->join_port && code) dt_ps_client_request_leave(p->cl);
+        else dt_ps_client_request_stop(p->cl, code);
+        if (c->ps.max_workers > 0 && !r->lead && tr_elastic_leave_asked(c, p->slot)) dt_ps_client_request_leave(p->cl);
         double t = dt_now();
         st = worker_step(p, s, &win, &wn);
-        if (st || p->stop_code) break;
+        if (st || p->stop_code || p->left) break;
         tr_stop_timed(r, dt_now() - t, p->ckw);
         if (r->lead) st = worker_report(p, s, &win, &wn, &tw);
     }
     if (!st && p->stop_code) st = stop_save(p, s - 1);
     if (!st) st = dt_ps_finish(p->cl);
-    if (!st) memcpy(p->lost, dt_ps_client_lost(p->cl), (size_t)p->W * sizeof(int64_t));
+    if (!st) memcpy(p->lost, dt_ps_client_lost(p->cl), (size_t)p->cap * sizeof(int64_t));
+    if (!st && p->left) {
+        r->res->left = true;
+        dt_log(DT_LOG_INFO, "worker %d left the job after step %lld", p->slot, (long long)(s - 1));
+    }
     return st;
+}
+
+/* A worker joining a running elastic job (dtrain train --join): its slot and
+ * first clock from server 0, its sampler at that clock's global batch, then
+ * the steps of any worker. It writes nothing: rank 0 of the job does. */
+static dt_status ps_join(ps_run *p) {
+    tr_run *r = p->r;
+    const dt_train_cfg *c = r->c;
+    dt_status st = tr_elastic_secret(c->join_dir, p->secret, sizeof p->secret);
+    if (st) return st;
+    dt_ps_cfg pc = c->ps;
+    pc.liveness = c->timeout;
+    pc.comp = c->dp.comp;
+    pc.comp.seed = c->seed;
+    pc.secret = p->secret;
+    int64_t clock;
+    if ((st = dt_ps_client_join(&p->cl, r->m, c->join_port, &pc, c->timeout, &p->slot, &clock))) return st;
+    p->S = c->ps.servers;
+    p->cap = dt_ps_slots(&c->ps, 0);
+    if (!(p->lost = dt_calloc((size_t)p->cap, sizeof(int64_t)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    r->lead = false;
+    r->quiet = true;
+    r->rank = p->slot;
+    dt_log(DT_LOG_INFO, "joined the job as worker %d at step %lld of %lld", p->slot, (long long)clock, (long long)r->total);
+    if ((st = dt_acts_create(&r->acts, r->m, 0, r->m->n_blocks - 1, c->batch))) return st;
+    if ((st = dt_loader_init(&r->ld, &r->data, c->batch > 256 ? c->batch : 256, c->seed, 0, 1))) return st;
+    if ((st = dt_sampler_skip(&r->ld.sampler, c->batch, clock))) return st;
+    return ps_loop(p, clock < r->total ? clock : r->total);
 }
 
 /* Rank 0: the final parameters, their evaluation, the reporters' end. */
@@ -339,15 +414,20 @@ static dt_status ps_finish(ps_run *p) {
     dt_train_result *res = r->res;
     /* Every rank still here knows who was lost (the servers' farewell). */
     int lost_ranks[1024], n_lost = 0;
-    for (int w = 0; w < p->W; w++) {
+    for (int w = 0; w < p->cap; w++) {
         if (p->lost[w] < 0) continue;
+        if (w >= p->W) { /* a joined worker: not a rank of this job */
+            if (r->lead) dt_log(DT_LOG_WARN, "joined worker %d was lost at clock %lld", w, (long long)p->lost[w]);
+            continue;
+        }
         size_t used = strlen(res->lost_desc);
         snprintf(res->lost_desc + used, sizeof res->lost_desc - used, "%srank %d at clock %lld", res->lost_workers ? ", " : "",
                  dt_comm_world_rank(r->world, w), (long long)p->lost[w]);
         res->lost_workers++;
         if (n_lost < 1024) lost_ranks[n_lost++] = dt_comm_world_rank(r->world, w);
     }
-    dt_status st = dt_ps_gather_final(r->m, r->world, &c->ps, p->hist);
+    dt_status st = dt_ps_gather_final(r->m, r->world, &c->ps, p->hist, &p->out);
+    res->samples = p->out.samples;
     if (st || !r->lead) return st;
     bool stopped = res->stopped_at >= 0; /* evaluated when the run ends, not at each stop */
     if (!r->ld.idx && (st = dt_loader_init(&r->ld, &r->data, 256, c->seed, 0, 1))) return st;
@@ -357,7 +437,8 @@ static dt_status ps_finish(ps_run *p) {
         if (p->hist[i] > 0) maxs = i;
     dt_ps_summary ps = {.consistency = c->ps.mode == DT_PS_BSP ? "bsp" : c->ps.mode == DT_PS_ASP ? "asp" : "ssp",
                         .bound = c->ps.mode == DT_PS_SSP ? c->ps.staleness : (c->ps.mode == DT_PS_BSP ? 0 : -1),
-                        .max_staleness = maxs, .hist = p->hist, .n_hist = DT_PS_HIST, .lost = lost_ranks, .n_lost = n_lost};
+                        .max_staleness = maxs, .hist = p->hist, .n_hist = DT_PS_HIST, .lost = lost_ranks, .n_lost = n_lost,
+                        .samples = p->out.samples, .joined = p->out.joined, .departed = p->out.departed};
     dt_end_info e = {.res = res, .model = r->m, .strategy = DT_STRATEGY_PS, .world = r->n, .local_params = r->m->n};
     if (r->start_step < r->total && !stopped) { /* resumed at its end: the lines are there already */
         dt_eval_info ev = {.step = r->total, .lm = r->data.lm, .acc = res->test_acc, .loss = res->eval_loss, .time_s = res->seconds};
@@ -372,6 +453,15 @@ dt_status tr_drive_ps(tr_run *r) {
     const dt_train_cfg *c = r->c;
     r->sched = (dt_lr_sched){c->lr, c->min_lr, c->warmup, r->total, c->cosine};
     r->t0 = dt_now();
+    if (c->join_port) { /* a joiner: not a rank of the job; it only trains */
+        dt_status st = ps_join(&p);
+        r->res->seconds = dt_now() - r->t0;
+        r->res->steps = r->total;
+        r->res->stopped_at = -1;
+        dt_free(p.lost);
+        dt_ps_client_destroy(p.cl);
+        return st;
+    }
     dt_status st = ps_begin(&p);
     if (!st) {
         r->res->resumed_from = r->start_step > 0 ? r->start_step : -1;

@@ -188,6 +188,9 @@ static dt_status put_staleness(dt_report_jsonl *j, const dt_ps_summary *p) {
     json_object_set_new(o, "hist", hist);
     for (int i = 0; i < p->n_lost; i++) json_array_append_new(lost, json_integer(p->lost[i]));
     json_object_set_new(o, "lost_workers", lost);
+    set_int(o, "samples", (long long)p->samples);
+    set_int(o, "joined", p->joined);
+    set_int(o, "departed", p->departed);
     return put(j, o);
 }
 

@@ -31,6 +31,7 @@
  * say. */
 #include "launch.h"
 
+#include "elastic.h"
 #include "hosts.h"
 #include "stop.h"
 
@@ -289,7 +290,8 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
     int rc = dt_launch_nproc(argc - cmd_args_from, argv + cmd_args_from, &n);
     if (rc) return rc;
     const char *hostfile = flag_value(argc - cmd_args_from, argv + cmd_args_from, "--hostfile", NULL);
-    if (dt_under_mpi_launcher() || (n == 1 && !hostfile)) return -1;
+    bool joiner = flag_value(argc - cmd_args_from, argv + cmd_args_from, "--join", NULL) != NULL;
+    if (dt_under_mpi_launcher() || (n == 1 && !hostfile && !joiner)) return -1;
     if (hostfile && access(hostfile, R_OK) != 0) {
         fprintf(stderr, "dtrain: --hostfile %s: %s\n", hostfile, strerror(errno));
         return 1;
@@ -380,11 +382,21 @@ int dt_launch(int argc, char **argv, int cmd_args_from) {
             av[k++] = UP_ENV;
         }
     }
+    dt_elastic_launch el;
+    if (dt_elastic_prepare(argc - cmd_args_from, argv + cmd_args_from, &el)) {
+        free(av);
+        return 1;
+    }
+    if (el.on) {
+        av[k++] = "--ompi-server";
+        av[k++] = el.arg;
+    }
     av[k++] = self;
     for (int i = 1; i < argc; i++) av[k++] = argv[i];
     av[k] = NULL;
     fflush(NULL);
     int code = run_mpirun(av, done_path, up_path, n, hostfile, rl ? "actor" : "worker");
+    dt_elastic_end(&el);
     free(av);
     return code;
 }

@@ -178,13 +178,69 @@ static int end_job(dt_comm *world, dt_status st, const dt_train_result *r, doubl
 
 static int train_run(cli *cp, int full_argc, char **full_argv);
 
+/* dtrain train --join OUT [FLAGS]: the job's command line (OUT/join.json),
+ * without what only the job's launcher uses, then FLAGS; its port in *port. */
+static int join_args(const char *dir, int argc, char **argv, char ***out, int *n, char **port) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/join.json", dir);
+    json_error_t err;
+    json_t *o = json_load_file(path, 0, &err), *av = o ? json_object_get(o, "argv") : NULL;
+    const char *p = o ? json_string_value(json_object_get(o, "port")) : NULL;
+    if (!o || !json_is_array(av) || !p) {
+        json_decref(o);
+        return usage_error("--join %s: no job to join there (%s: %s); start the job with --elastic MAX --out %s and wait "
+                           "for its 'workers may join' line", dir, path, o ? "no port or command line" : err.text, dir);
+    }
+    *port = strdup(p);
+    char **v = calloc(json_array_size(av) + (size_t)argc + 1, sizeof *v);
+    int k = 0;
+    static const char *const drop[] = {"-n", "--hostfile", "--max-restarts", "--out", "--join"};
+    for (size_t i = 1; v && i < json_array_size(av); i++) { /* [0] is "train" */
+        const char *a = json_string_value(json_array_get(av, i));
+        bool skip = false;
+        for (size_t d = 0; a && d < sizeof drop / sizeof *drop; d++) skip |= strcmp(a, drop[d]) == 0;
+        if (skip) i++;
+        else if (a) v[k++] = strdup(a);
+    }
+    for (int i = 0; v && i < argc; i++) {
+        if (strcmp(argv[i], "--join") == 0) i++;
+        else v[k++] = strdup(argv[i]);
+    }
+    json_decref(o);
+    *out = v;
+    *n = k;
+    return v ? 0 : run_error();
+}
+
 static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     cli c = cli_default();
     g_cmd = "dtrain train";
     dt_config_src src;
     bool model_given;
     int rc = parse_cli(&c, DT_FLAG_TRAIN, DT_MODEL_MLP, argc, argv, &src, &model_given);
-    if (!rc) rc = train_run(&c, full_argc, full_argv);
+    if (!rc && c.cfg.join_dir && dt_under_mpi_launcher()) {
+        /* A joiner under its own mpirun: the job's flags, then these. */
+        const char *dir = c.cfg.join_dir;
+        char **jv = NULL, *port = NULL;
+        int jn = 0;
+        dt_config_src_free(&src);
+        rc = join_args(dir, argc, argv, &jv, &jn, &port);
+        if (!rc) {
+            c = cli_default();
+            rc = parse_cli(&c, DT_FLAG_TRAIN, DT_MODEL_MLP, jn, jv, &src, &model_given);
+        } else {
+            memset(&src, 0, sizeof src);
+        }
+        c.cfg.join_dir = dir;
+        c.cfg.join_port = port;
+        c.cfg.out_dir = NULL; /* rank 0 of the job writes the run's outputs */
+        if (!rc) rc = train_run(&c, full_argc, full_argv);
+        for (int i = 0; jv && i < jn; i++) free(jv[i]);
+        free(jv);
+        free(port);
+    } else if (!rc) {
+        rc = train_run(&c, full_argc, full_argv);
+    }
     dt_config_src_free(&src);
     return rc < 0 ? 0 : rc;
 }
@@ -207,6 +263,7 @@ static void print_summary(const dt_train_cfg *cfg, const dt_train_result *r, int
         printf(" on %d ranks (parameter server: %d server%s, %d worker%s, %s", size, cfg->ps.servers,
                cfg->ps.servers == 1 ? "" : "s", size - cfg->ps.servers, size - cfg->ps.servers == 1 ? "" : "s", cons);
         if (r->lost_workers) printf("; lost worker%s %s", r->lost_workers == 1 ? "" : "s", r->lost_desc);
+        if (cfg->ps.max_workers > 0) printf("; %lld samples trained", (long long)r->samples);
         printf(")");
     } else if (size > 1) {
         double ov = r->comm_s > 0 ? 1.0 - r->exposed_s / r->comm_s : 0;
@@ -342,7 +399,10 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
         rc = end_job(world, DT_OK, &r, c.cfg.timeout);
         return rc ? rc : dt_launch_stopped_code();
     }
-    if (rank == 0) {
+    if (c.cfg.join_port) { /* a joined worker: the job's rank 0 reports the run */
+        printf("worker %s the job (%s)\n", r.left ? "left" : "finished with", c.cfg.join_dir);
+        fflush(stdout);
+    } else if (rank == 0) {
         print_summary(&c.cfg, &r, size);
         if (c.cfg.strategy == DT_STRATEGY_PS) dt_launch_report_done(r.lost_desc);
     }
