@@ -28,7 +28,7 @@ foreach(script ${DT_TEST_SCRIPTS})
     TIMEOUT 600)
 endforeach()
 # Slow tests carry the label so the sanitizer pass can exclude them (-LE slow).
-foreach(slow test_train_slow test_ps_slow test_async_slow test_compress_slow)
+foreach(slow test_train_slow test_ps_slow test_async_slow test_compress_slow test_ps_elastic)
   if(TEST ${slow})
     set_tests_properties(${slow} PROPERTIES LABELS slow)
   endif()

@@ -15,7 +15,8 @@ dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *re
     dt_status st = dt_train_cfg_check(c);
     if (st) return st;
     int world = dt_comm_size(comm);
-    if ((st = tr_inject_check(c, c->strategy == DT_STRATEGY_HOGWILD ? 1 : world))) return st;
+    /* A joined worker takes the job's injections by its slot (checked by the job). */
+    if (!c->join_port && (st = tr_inject_check(c, c->strategy == DT_STRATEGY_HOGWILD ? 1 : world))) return st;
     tr_run r;
     st = tr_setup(&r, c, comm, res);
     if (!st) {

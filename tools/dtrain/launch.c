@@ -276,6 +276,9 @@ static int run_mpirun(const char **av, const char *done_path, const char *up_pat
         fclose(f);
     }
     unlink(done_path);
+    /* mpirun told not to end the job at a failing rank exits 0 even when every
+     * rank failed: without rank 0's "done" (or a stop) the run did not complete. */
+    if (!done && code == 0) return 1;
     if (!done || code == 0) return code;
     if (line[1][0])
         fprintf(stderr, "dtrain: the run completed without the lost %s%s %s (mpirun's exit status %d came from %s)\n", who,

@@ -235,7 +235,7 @@ int dt_cli_rl(int full_argc, char **full_argv) {
                (long long)res.env_steps, res.seconds, res.env_steps_per_s, n > 1 ? n - 1 : 1, n > 2 ? "s" : "", res.eval_return,
                c.eval_episodes, res.lost_actors ? "; without the lost actor" : "", res.lost_actors > 1 ? "s " : " ",
                res.lost_actors ? res.lost_desc : "");
-        if (res.lost_actors) dt_launch_report_done(res.lost_desc);
+        dt_launch_report_done(res.lost_actors ? res.lost_desc : "");
     }
     if (!st && res.lost_actors) {
         /* A rank is gone: MPI_Finalize would wait for it. Rank 0 has written
