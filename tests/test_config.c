@@ -80,6 +80,8 @@ static const row rows[] = {
     {"ckpt-replicas", "2", "2", "8", "--ckpt-replicas 8 is out of range [0, 7]"},
     {"staleness-lr", NULL, "true", "maybe", "--staleness-lr takes no value, or true or false"},
     {"dc-asgd", "0.5", "0.5", "-1", "--dc-asgd -1 is out of range"},
+    {"elastic", "4", "4", "-1", "--elastic -1 is out of range [0, 1024]"},
+    {"join", "/tmp/run", "/tmp/run", NULL, NULL},
     {"resume", "auto", "auto", NULL, NULL},
     {"on-divergence", "rewind:50", "rewind:50:200", "rewind:0", "K (steps back) must be a whole number >= 1"},
     {"spike-z", "4.5", "4.5", "-1", "--spike-z -1 is out of range"},

@@ -15,7 +15,7 @@ wait_for() {
   local i; for ((i = 0; i < $3 * 10; i++)); do
     local s; s=$(step_of "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0; sleep 0.1; done; return 1; }
 
-L="--model mlp --hidden 256,256 --batch 128 --steps 1200 --lr 0.05 --log-every 10 --quiet --strategy ps --servers 1 --consistency asp"
+L="--model mlp --hidden 256,256 --batch 128 --steps 800 --lr 0.05 --log-every 10 --quiet --strategy ps --servers 1 --consistency asp"
 SLOW="--inject slow:rank=0:factor=8 --inject slow:rank=1:factor=8"
 # the joined worker (slot 2; its own flags come after the job's) as slow as the
 # others: a leave takes effect
@@ -43,7 +43,7 @@ timeout 60 "$dt" train --join "$F" > "$tmp/open.log" 2>&1; rc=$?
 [ $rc -ne 0 ] && grep -q "readable by others" "$tmp/open.log" && ok "a token others can read is refused before connecting" \
   || { fail "open token: exit $rc"; indent < "$tmp/open.log"; }
 
-S=300 T=800
+S=200 T=550
 wait_for "$E" $S 60 || fail "the job did not reach step $S"
 timeout 300 "$dt" train --join "$E" $JSLOW > "$tmp/joiner.log" 2>&1 &
 joiner=$!

@@ -156,10 +156,15 @@ static dt_status drop_worker(server *sv, int w, const char *why) {
     }
     if (sv->me == 0) {
         char who[32];
+        int here = 0, all = 0; /* the workers not lost, of those that took part (not counting ones that left) */
+        for (int k = 0; k < sv->n_slots; k++) {
+            all += !sv->left[k];
+            here += !sv->left[k] && sv->lost[k] < 0;
+        }
         if (w < sv->W) snprintf(who, sizeof who, "rank %d", dt_comm_world_rank(sv->c, w));
         else snprintf(who, sizeof who, "%d (joined)", w);
-        dt_log(DT_LOG_WARN, "parameter server: worker %s is lost (%s); its last clock was %lld; going on with %d workers",
-               who, why, (long long)sv->clock[w], sv->n_active);
+        dt_log(DT_LOG_WARN, "parameter server: worker %s is lost (%s); its last clock was %lld; going on with %d of %d workers",
+               who, why, (long long)sv->clock[w], here, all);
     }
     return try_checkpoint(sv);
 }
