@@ -66,8 +66,10 @@ static bool is_knock(dt_listener *l, MPI_Comm m) {
     int flag = 0, n = 0;
     MPI_Status s;
     double t0 = MPI_Wtime();
-    while (!flag && MPI_Wtime() - t0 < KNOCK_WAIT)
-        if (MPI_Test(&r, &flag, &s) != MPI_SUCCESS || (!flag && usleep(1000) != 0)) break;
+    while (!flag && MPI_Wtime() - t0 < KNOCK_WAIT) {
+        if (MPI_Test(&r, &flag, &s) != MPI_SUCCESS) break;
+        if (!flag) usleep(1000);
+    }
     if (!flag) {
         MPI_Cancel(&r);
         MPI_Request_free(&r);
