@@ -9,6 +9,10 @@
  * not add); backward runs into zeroed buffers and is compared, then runs a
  * second time into the same buffers, which must now hold twice the reference
  * (backward adds). Kernels with an optional input gradient also run with NULL.
+ * RoPE works in place, so its backward (the inverse rotation of a copy of dout)
+ * is compared once. Batch norm runs as a caller composes train mode (sums ->
+ * statistics -> forward -> backward sums -> backward) and also checks the
+ * running statistics a caller derives, against nn.BatchNorm after one step.
  *
  * Models: the fixture's weights are copied into the arena by name (every
  * dt_param must be there with its PyTorch shape, and nothing else may be),
@@ -32,6 +36,7 @@
 #include "dtrain/safetensors.h"
 #include "testhelp.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -375,6 +380,257 @@ static void test_maxpool(void) {
     fx_close(&x);
 }
 
+/* ---- layers for CNNs beyond LeNet and LLaMA-style transformers --------------- */
+
+/* Train mode as a caller composes it (count = N*S, no sync): the statistics
+ * from dt_batchnorm_sum / _sqdev, the forward, and the running statistics a
+ * caller keeps (PyTorch: momentum, unbiased variance), from running_mean = 0
+ * and running_var = 1, against nn.BatchNorm{1,2}d after one train step. */
+static void test_batchnorm(const char *path, const char *tag) {
+    fx x;
+    if (!fx_open(&x, path)) return;
+    int N = fx_meta_int(&x, "N"), C = fx_meta_int(&x, "C"), S = fx_meta_int(&x, "S");
+    const float momentum = (float)atof(dt_st_meta(x.f, "momentum"));
+    size_t n = (size_t)N * C * S;
+    const double count = (double)N * S;
+    const float *inp = fx_f32(&x, "inp", n), *dout = fx_f32(&x, "dout", n);
+    const float *gamma = fx_f32(&x, "gamma", C), *beta = fx_f32(&x, "beta", C);
+    float *mean = fx_fill(&x, C, GARBAGE), *sq = fx_fill(&x, C, GARBAGE);
+    float *rstd = fx_zeros(&x, C), *rmean = fx_zeros(&x, C), *rvar = fx_zeros(&x, C);
+    dt_batchnorm_sum(mean, inp, N, C, S);
+    for (int c = 0; c < C; c++) mean[c] = (float)(mean[c] / count);
+    dt_batchnorm_sqdev(sq, inp, mean, N, C, S);
+    for (int c = 0; c < C; c++) {
+        rstd[c] = (float)(1.0 / sqrt(sq[c] / count + DT_BATCHNORM_EPS));
+        rmean[c] = (1.0f - momentum) * 0.0f + momentum * mean[c];
+        rvar[c] = (1.0f - momentum) * 1.0f + momentum * (float)(sq[c] / (count - 1));
+    }
+    char what[80];
+    snprintf(what, sizeof what, "%s mean", tag);
+    fx_check(&x, what, mean, "mean", C, LAYER_ATOL, LAYER_RTOL);
+    snprintf(what, sizeof what, "%s rstd", tag);
+    fx_check(&x, what, rstd, "rstd", C, LAYER_ATOL, LAYER_RTOL);
+    snprintf(what, sizeof what, "%s running_mean", tag);
+    fx_check(&x, what, rmean, "running_mean", C, LAYER_ATOL, LAYER_RTOL);
+    snprintf(what, sizeof what, "%s running_var", tag);
+    fx_check(&x, what, rvar, "running_var", C, LAYER_ATOL, LAYER_RTOL);
+    float *out = fx_fill(&x, n, GARBAGE);
+    dt_batchnorm_forward(out, inp, mean, rstd, gamma, beta, N, C, S);
+    snprintf(what, sizeof what, "%s out", tag);
+    fx_check(&x, what, out, "out", n, LAYER_ATOL, LAYER_RTOL);
+
+    float *sums = fx_fill(&x, 2 * (size_t)C, GARBAGE);
+    float *dinp = fx_zeros(&x, n), *dg = fx_zeros(&x, C), *db = fx_zeros(&x, C);
+    dt_batchnorm_bwd_sums(sums, dout, inp, mean, rstd, N, C, S);
+    for (int pass = 1; pass <= 2; pass++) {
+        dt_batchnorm_backward(dinp, dg, db, dout, inp, mean, rstd, gamma, sums, count, N, C, S);
+        if (pass == 1) {
+            snprintf(what, sizeof what, "%s dinp", tag);
+            fx_check(&x, what, dinp, "dinp", n, LAYER_ATOL, LAYER_RTOL);
+            snprintf(what, sizeof what, "%s dgamma", tag);
+            fx_check(&x, what, dg, "dgamma", C, LAYER_ATOL, LAYER_RTOL);
+            snprintf(what, sizeof what, "%s dbeta", tag);
+            fx_check(&x, what, db, "dbeta", C, LAYER_ATOL, LAYER_RTOL);
+        } else {
+            snprintf(what, sizeof what, "%s dinp (added twice)", tag);
+            fx_check_twice(&x, what, dinp, "dinp", n);
+            snprintf(what, sizeof what, "%s dgamma (added twice)", tag);
+            fx_check_twice(&x, what, dg, "dgamma", C);
+            snprintf(what, sizeof what, "%s dbeta (added twice)", tag);
+            fx_check_twice(&x, what, db, "dbeta", C);
+        }
+    }
+    float *dg2 = fx_zeros(&x, C);
+    dt_batchnorm_backward(NULL, dg2, fx_zeros(&x, C), dout, inp, mean, rstd, gamma, sums, count,
+                          N, C, S);
+    snprintf(what, sizeof what, "%s dgamma (dinp NULL)", tag);
+    fx_check(&x, what, dg2, "dgamma", C, LAYER_ATOL, LAYER_RTOL);
+    fx_close(&x);
+}
+
+static void test_avgpool(void) {
+    fx x;
+    if (!fx_open(&x, "fixtures/ref_avgpool.safetensors")) return;
+    int B = fx_meta_int(&x, "B"), C = fx_meta_int(&x, "C"), H = fx_meta_int(&x, "H");
+    int W = fx_meta_int(&x, "W"), K = fx_meta_int(&x, "K"), stride = fx_meta_int(&x, "stride");
+    int pad = fx_meta_int(&x, "pad");
+    const int OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+    const dt_st_tensor *tout = fx_tensor(&x, "out", 0);
+    test_cond("avgpool output shape", tout->ndim == 4 && tout->shape[2] == OH && tout->shape[3] == OW);
+    size_t ni = (size_t)B * C * H * W, no = (size_t)B * C * OH * OW;
+    const float *inp = fx_f32(&x, "inp", ni), *dout = fx_f32(&x, "dout", no);
+    float *out = fx_fill(&x, no, GARBAGE);
+    dt_avgpool2d_forward(out, inp, B, C, H, W, K, stride, pad);
+    fx_check(&x, "avgpool k3 s2 p1 out", out, "out", no, LAYER_ATOL, LAYER_RTOL);
+    float *dinp = fx_zeros(&x, ni);
+    dt_avgpool2d_backward(dinp, dout, B, C, H, W, K, stride, pad);
+    fx_check(&x, "avgpool dinp", dinp, "dinp", ni, LAYER_ATOL, LAYER_RTOL);
+    dt_avgpool2d_backward(dinp, dout, B, C, H, W, K, stride, pad);
+    fx_check_twice(&x, "avgpool dinp (added twice)", dinp, "dinp", ni);
+    fx_close(&x);
+}
+
+static void test_global_avgpool(void) {
+    fx x;
+    if (!fx_open(&x, "fixtures/ref_global_avgpool.safetensors")) return;
+    int B = fx_meta_int(&x, "B"), C = fx_meta_int(&x, "C"), S = fx_meta_int(&x, "S");
+    size_t ni = (size_t)B * C * S, no = (size_t)B * C;
+    const float *inp = fx_f32(&x, "inp", ni), *dout = fx_f32(&x, "dout", no);
+    float *out = fx_fill(&x, no, GARBAGE);
+    dt_global_avgpool_forward(out, inp, B, C, S);
+    fx_check(&x, "global_avgpool out", out, "out", no, LAYER_ATOL, LAYER_RTOL);
+    float *dinp = fx_zeros(&x, ni);
+    dt_global_avgpool_backward(dinp, dout, B, C, S);
+    fx_check(&x, "global_avgpool dinp", dinp, "dinp", ni, LAYER_ATOL, LAYER_RTOL);
+    dt_global_avgpool_backward(dinp, dout, B, C, S);
+    fx_check_twice(&x, "global_avgpool dinp (added twice)", dinp, "dinp", ni);
+    fx_close(&x);
+}
+
+static void test_silu(void) {
+    fx x;
+    if (!fx_open(&x, "fixtures/ref_silu.safetensors")) return;
+    size_t n = (size_t)fx_meta_int(&x, "n");
+    const float *inp = fx_f32(&x, "inp", n), *dout = fx_f32(&x, "dout", n);
+    float *out = fx_fill(&x, n, GARBAGE);
+    dt_silu_forward(out, inp, n);
+    fx_check(&x, "silu out", out, "out", n, LAYER_ATOL, LAYER_RTOL);
+    float *dinp = fx_zeros(&x, n);
+    dt_silu_backward(dinp, dout, inp, n);
+    fx_check(&x, "silu dinp", dinp, "dinp", n, LAYER_ATOL, LAYER_RTOL);
+    dt_silu_backward(dinp, dout, inp, n);
+    fx_check_twice(&x, "silu dinp (added twice)", dinp, "dinp", n);
+    fx_close(&x);
+}
+
+static void test_tanh(void) {
+    fx x;
+    if (!fx_open(&x, "fixtures/ref_tanh.safetensors")) return;
+    size_t n = (size_t)fx_meta_int(&x, "n");
+    const float *inp = fx_f32(&x, "inp", n), *dout = fx_f32(&x, "dout", n);
+    float *out = fx_fill(&x, n, GARBAGE);
+    dt_tanh_forward(out, inp, n);
+    fx_check(&x, "tanh out", out, "out", n, LAYER_ATOL, LAYER_RTOL);
+    float *inplace = fx_zeros(&x, n);
+    memcpy(inplace, inp, n * sizeof(float));
+    dt_tanh_forward(inplace, inplace, n);
+    fx_check(&x, "tanh out (in place)", inplace, "out", n, LAYER_ATOL, LAYER_RTOL);
+    float *dinp = fx_zeros(&x, n);
+    dt_tanh_backward(dinp, dout, out, n);
+    fx_check(&x, "tanh dinp (from the output)", dinp, "dinp", n, LAYER_ATOL, LAYER_RTOL);
+    dt_tanh_backward(dinp, dout, out, n);
+    fx_check_twice(&x, "tanh dinp (added twice)", dinp, "dinp", n);
+    fx_close(&x);
+}
+
+static void test_rmsnorm(void) {
+    fx x;
+    if (!fx_open(&x, "fixtures/ref_rmsnorm.safetensors")) return;
+    int N = fx_meta_int(&x, "N"), C = fx_meta_int(&x, "C");
+    const float eps = (float)atof(dt_st_meta(x.f, "eps"));
+    size_t nc = (size_t)N * C;
+    const float *inp = fx_f32(&x, "inp", nc), *w = fx_f32(&x, "w", C);
+    const float *dout = fx_f32(&x, "dout", nc);
+    float *out = fx_fill(&x, nc, GARBAGE), *rstd = fx_fill(&x, N, GARBAGE);
+    dt_rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+    fx_check(&x, "rmsnorm out", out, "out", nc, LAYER_ATOL, LAYER_RTOL);
+    fx_check(&x, "rmsnorm rstd", rstd, "rstd", N, LAYER_ATOL, LAYER_RTOL);
+    float *dinp = fx_zeros(&x, nc), *dw = fx_zeros(&x, C);
+    dt_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+    fx_check(&x, "rmsnorm dinp", dinp, "dinp", nc, LAYER_ATOL, LAYER_RTOL);
+    fx_check(&x, "rmsnorm dw", dw, "dw", C, LAYER_ATOL, LAYER_RTOL);
+    dt_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+    fx_check_twice(&x, "rmsnorm dinp (added twice)", dinp, "dinp", nc);
+    fx_check_twice(&x, "rmsnorm dw (added twice)", dw, "dw", C);
+    float *dw2 = fx_zeros(&x, C);
+    dt_rmsnorm_backward(NULL, dw2, dout, inp, w, rstd, N, C);
+    fx_check(&x, "rmsnorm dw (dinp NULL)", dw2, "dw", C, LAYER_ATOL, LAYER_RTOL);
+    fx_close(&x);
+}
+
+static void test_swiglu(void) {
+    fx x;
+    if (!fx_open(&x, "fixtures/ref_swiglu.safetensors")) return;
+    size_t n = (size_t)fx_meta_int(&x, "n");
+    const float *gate = fx_f32(&x, "gate", n), *up = fx_f32(&x, "up", n);
+    const float *dout = fx_f32(&x, "dout", n);
+    float *out = fx_fill(&x, n, GARBAGE);
+    dt_swiglu_forward(out, gate, up, n);
+    fx_check(&x, "swiglu out", out, "out", n, LAYER_ATOL, LAYER_RTOL);
+    float *dgate = fx_zeros(&x, n), *dup = fx_zeros(&x, n);
+    dt_swiglu_backward(dgate, dup, dout, gate, up, n);
+    fx_check(&x, "swiglu dgate", dgate, "dgate", n, LAYER_ATOL, LAYER_RTOL);
+    fx_check(&x, "swiglu dup", dup, "dup", n, LAYER_ATOL, LAYER_RTOL);
+    dt_swiglu_backward(dgate, dup, dout, gate, up, n);
+    fx_check_twice(&x, "swiglu dgate (added twice)", dgate, "dgate", n);
+    fx_check_twice(&x, "swiglu dup (added twice)", dup, "dup", n);
+    fx_close(&x);
+}
+
+/* q and k rotated inside a fused GQA qkv buffer, as a LLaMA block does: two
+ * calls with the row stride of the whole buffer; v must pass through. The
+ * backward is the inverse rotation of dout, in place (it does not add). */
+static void test_rope(void) {
+    fx x;
+    if (!fx_open(&x, "fixtures/ref_rope.safetensors")) return;
+    int B = fx_meta_int(&x, "B"), T = fx_meta_int(&x, "T"), NH = fx_meta_int(&x, "NH");
+    int NKV = fx_meta_int(&x, "NKV"), HS = fx_meta_int(&x, "HS");
+    const float theta = (float)atof(dt_st_meta(x.f, "theta"));
+    const size_t C3 = (size_t)(NH + 2 * NKV) * HS, n = (size_t)B * T * C3;
+    float *out = fx_f32(&x, "qkv", n); /* a private copy, rotated in place */
+    dt_rope_apply(out, B, T, NH, HS, C3, theta, 1);
+    dt_rope_apply(out + (size_t)NH * HS, B, T, NKV, HS, C3, theta, 1);
+    fx_check(&x, "rope out (q, k rotated; v as it was)", out, "out", n, LAYER_ATOL, LAYER_RTOL);
+    float *d = fx_f32(&x, "dout", n);
+    dt_rope_apply(d, B, T, NH, HS, C3, theta, -1);
+    dt_rope_apply(d + (size_t)NH * HS, B, T, NKV, HS, C3, theta, -1);
+    fx_check(&x, "rope dinp (inverse rotation of dout)", d, "dqkv", n, LAYER_ATOL, LAYER_RTOL);
+    fx_close(&x);
+}
+
+static void test_attention_gqa(void) {
+    fx x;
+    if (!fx_open(&x, "fixtures/ref_attention_gqa.safetensors")) return;
+    int B = fx_meta_int(&x, "B"), T = fx_meta_int(&x, "T"), NH = fx_meta_int(&x, "NH");
+    int NKV = fx_meta_int(&x, "NKV"), HS = fx_meta_int(&x, "HS");
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS;
+    size_t na = (size_t)B * NH * T * T;
+    const float *qkv = fx_f32(&x, "qkv", nq), *dout = fx_f32(&x, "dout", no);
+    float *out = fx_fill(&x, no, GARBAGE), *att = fx_fill(&x, na, GARBAGE);
+    dt_attention_gqa_forward(out, att, qkv, B, T, NH, NKV, HS);
+    fx_check(&x, "gqa attention out", out, "out", no, LAYER_ATOL, LAYER_RTOL);
+    fx_check(&x, "gqa attention att (probabilities)", att, "att", na, LAYER_ATOL, LAYER_RTOL);
+    float *scratch = fx_fill(&x, dt_attention_gqa_scratch_floats(B, T, NH, NKV, HS), GARBAGE);
+    float *dqkv = fx_zeros(&x, nq);
+    dt_attention_gqa_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, HS);
+    fx_check(&x, "gqa attention dqkv (dk, dv summed over groups)", dqkv, "dqkv", nq, LAYER_ATOL,
+             LAYER_RTOL);
+    dt_attention_gqa_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, HS);
+    fx_check_twice(&x, "gqa attention dqkv (added twice)", dqkv, "dqkv", nq);
+    fx_close(&x);
+}
+
+static void test_mse(void) {
+    fx x;
+    if (!fx_open(&x, "fixtures/ref_mse.safetensors")) return;
+    int N = fx_meta_int(&x, "N"), D = fx_meta_int(&x, "D");
+    size_t n = (size_t)N * D;
+    const float *pred = fx_f32(&x, "pred", n), *target = fx_f32(&x, "target", n);
+    float *losses = fx_fill(&x, N, GARBAGE);
+    dt_mse_forward(losses, pred, target, N, D);
+    fx_check(&x, "mse losses (per row)", losses, "losses", N, LAYER_ATOL, LAYER_RTOL);
+    double s = 0;
+    for (int i = 0; i < N; i++) s += losses[i];
+    float loss = (float)(s / N);
+    fx_check(&x, "mse mean of losses == MSELoss()", &loss, "loss", 1, LAYER_ATOL, LAYER_RTOL);
+    float *dpred = fx_zeros(&x, n);
+    dt_mse_backward(dpred, pred, target, 1.0f / (float)N, N, D);
+    fx_check(&x, "mse dpred (scale 1/N)", dpred, "dpred", n, LAYER_ATOL, LAYER_RTOL);
+    dt_mse_backward(dpred, pred, target, 1.0f / (float)N, N, D);
+    fx_check_twice(&x, "mse dpred (added twice)", dpred, "dpred", n);
+    fx_close(&x);
+}
+
 /* ---- models ------------------------------------------------------------------- */
 
 /* lowbias32 of (i + seed * 0x9E3779B9): the CNN's fc1.weight, k * 2^-exp with
@@ -562,6 +818,17 @@ int main(void) {
     test_conv2d("fixtures/ref_conv2d_pad2.safetensors", "conv2d pad 2");
     test_conv2d("fixtures/ref_conv2d_stride2.safetensors", "conv2d stride 2");
     test_maxpool();
+    test_batchnorm("fixtures/ref_batchnorm2d.safetensors", "batchnorm2d");
+    test_batchnorm("fixtures/ref_batchnorm1d.safetensors", "batchnorm1d");
+    test_avgpool();
+    test_global_avgpool();
+    test_silu();
+    test_tanh();
+    test_rmsnorm();
+    test_swiglu();
+    test_rope();
+    test_attention_gqa();
+    test_mse();
 
     dt_model_cfg cfg;
     dt_model_cfg_default(&cfg, DT_MODEL_MLP);

@@ -1,7 +1,8 @@
 """Generates PyTorch reference fixtures for tests/test_reference.c.
 
 Run with Debian's interpreter (it has python3-torch and python3-numpy):
-    /usr/bin/python3 tools/gen_fixtures.py
+    /usr/bin/python3 tools/gen_fixtures.py                # every fixture
+    /usr/bin/python3 tools/gen_fixtures.py --new-layers   # only gen_new_layers()'s
 
 Every fixture is a safetensors file under tests/fixtures/ (prefix ref_). Inputs
 and parameters are drawn in float32 (that is what the C side runs on); the
@@ -278,8 +279,189 @@ def gen_gpt():
                     "vocab_size": V, "B": B})
 
 
+# ---------------------------------------------------------------------------
+# layers for CNNs beyond LeNet and LLaMA-style transformers
+#
+# Drawn from their own seed, after everything above, so adding them changed
+# no earlier fixture; `--new-layers` regenerates only these files. Dropout has
+# no fixture: PyTorch's mask comes from its own generator, and the kernel's mask
+# contract (dtrain's Philox stream) is checked in tests/test_nn_gradcheck.c.
+# ---------------------------------------------------------------------------
+
+NEW_LAYERS_SEED = 4321
+
+
+def gen_batchnorm(name, N, C, HW):
+    """nn.BatchNorm2d (HW a pair) or BatchNorm1d (HW None) in train mode: the
+    output, the batch statistics the kernels produce (mean, rstd of the biased
+    variance), the running statistics after this one step (momentum 0.1,
+    unbiased variance) and the gradients."""
+    shape = (N, C) + (tuple(HW) if HW else ())
+    x = rand32(*shape, scale=1.5) + torch.linspace(-1, 2, C).view((1, C) + (1,) * (len(shape) - 2))
+    gamma, beta = 1.0 + rand32(C, scale=0.3), rand32(C, scale=0.3)
+    dout = rand32(*shape)
+    bn = (torch.nn.BatchNorm2d if HW else torch.nn.BatchNorm1d)(C, eps=1e-5, momentum=0.1)
+    bn = bn.to(torch.float64).train()
+    with torch.no_grad():
+        bn.weight.copy_(gamma.double())
+        bn.bias.copy_(beta.double())
+    X = leaf(x)
+    y = bn(X)
+    (y * dout.double()).sum().backward()
+    dims = [0] + list(range(2, len(shape)))
+    xd = x.double()
+    mean = xd.mean(dim=dims)
+    rstd = 1.0 / torch.sqrt(xd.var(dim=dims, unbiased=False) + 1e-5)
+    S = HW[0] * HW[1] if HW else 1
+    save(name, {"inp": x, "gamma": gamma, "beta": beta, "out": f32(y), "mean": f32(mean),
+                "rstd": f32(rstd), "running_mean": f32(bn.running_mean),
+                "running_var": f32(bn.running_var), "dout": dout, "dinp": f32(X.grad),
+                "dgamma": f32(bn.weight.grad), "dbeta": f32(bn.bias.grad)},
+         {"N": N, "C": C, "S": S, "momentum": 0.1, "eps": 1e-5})
+
+
+def gen_avgpool():
+    B, C, H, W, K, stride, pad = 1, 3, 7, 6, 3, 2, 1
+    x = rand32(B, C, H, W)
+    X = leaf(x)
+    y = torch.nn.AvgPool2d(K, stride, pad, count_include_pad=True)(X)
+    dout = rand32(*y.shape)
+    (y * dout.double()).sum().backward()
+    save("avgpool", {"inp": x, "out": f32(y), "dout": dout, "dinp": f32(X.grad)},
+         {"B": B, "C": C, "H": H, "W": W, "K": K, "stride": stride, "pad": pad})
+
+
+def gen_global_avgpool():
+    B, C, H, W = 2, 5, 3, 3
+    x = rand32(B, C, H, W)
+    X = leaf(x)
+    y = F.adaptive_avg_pool2d(X, 1).flatten(1)
+    dout = rand32(B, C)
+    (y * dout.double()).sum().backward()
+    save("global_avgpool", {"inp": x, "out": f32(y), "dout": dout, "dinp": f32(X.grad)},
+         {"B": B, "C": C, "S": H * W})
+
+
+def gen_rmsnorm():
+    """LLaMA's RMSNorm by its formula (torch 1.13 has no nn.RMSNorm)."""
+    N, C, eps = 5, 19, 1e-6
+    x = rand32(N, C, scale=1.5) + 0.5
+    w = 1.0 + rand32(C, scale=0.3)
+    dout = rand32(N, C)
+    X, Wt = leaf(x), leaf(w)
+    rstd = torch.rsqrt(X.pow(2).mean(-1, keepdim=True) + eps)
+    y = X * rstd * Wt
+    (y * dout.double()).sum().backward()
+    save("rmsnorm", {"inp": x, "w": w, "out": f32(y), "rstd": f32(rstd.flatten()), "dout": dout,
+                     "dinp": f32(X.grad), "dw": f32(Wt.grad)}, {"N": N, "C": C, "eps": eps})
+
+
+def gen_swiglu():
+    n = 45
+    gate, up, dout = rand32(n, scale=3.0), rand32(n), rand32(n)
+    G, U = leaf(gate), leaf(up)
+    y = F.silu(G) * U
+    (y * dout.double()).sum().backward()
+    save("swiglu", {"gate": gate, "up": up, "out": f32(y), "dout": dout, "dgate": f32(G.grad),
+                    "dup": f32(U.grad)}, {"n": n})
+
+
+def rotate_half(x):
+    """Hugging Face LLaMA's rotate_half."""
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(T, HS, theta):
+    """HF's LlamaRotaryEmbedding: inv_freq and the angles in float32; cos and
+    sin of those float32 angles evaluated in float64."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, HS, 2, dtype=torch.int64).float() / HS))
+    freqs = torch.outer(torch.arange(T, dtype=torch.int64).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1).double()
+    return emb.cos(), emb.sin()  # (T, HS)
+
+
+def repeat_kv(x, n_rep):
+    """HF's repeat_kv: (B, NKV, T, HS) -> (B, NKV * n_rep, T, HS)."""
+    B, NKV, T, HS = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(B, NKV, n_rep, T, HS).reshape(B, NKV * n_rep, T, HS)
+
+
+def split_qkv(qkv, B, T, NH, NKV, HS):
+    """[q (NH) | k (NKV) | v (NKV)] per token -> (B, heads, T, HS) each."""
+    q, k, v = qkv.split([NH * HS, NKV * HS, NKV * HS], dim=2)
+    return (q.view(B, T, NH, HS).transpose(1, 2), k.view(B, T, NKV, HS).transpose(1, 2),
+            v.view(B, T, NKV, HS).transpose(1, 2))
+
+
+def gen_rope():
+    """q and k rotated inside a fused GQA qkv buffer (v passes through)."""
+    B, T, NH, NKV, HS, theta = 2, 6, 4, 2, 8, 10000.0
+    qkv = rand32(B, T, (NH + 2 * NKV) * HS)
+    dout = rand32(*qkv.shape)
+    Q = leaf(qkv)
+    q, k, v = split_qkv(Q, B, T, NH, NKV, HS)
+    cos, sin = rope_cos_sin(T, HS, theta)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    y = torch.cat([t.transpose(1, 2).reshape(B, T, -1) for t in (q, k, v)], dim=2)
+    (y * dout.double()).sum().backward()
+    save("rope", {"qkv": qkv, "out": f32(y), "dout": dout, "dqkv": f32(Q.grad)},
+         {"B": B, "T": T, "NH": NH, "NKV": NKV, "HS": HS, "theta": theta})
+
+
+def gen_attention_gqa():
+    B, T, NH, NKV, HS = 2, 5, 4, 2, 4
+    qkv = rand32(B, T, (NH + 2 * NKV) * HS)
+    dout = rand32(B, T, NH * HS)
+    Q = leaf(qkv)
+    q, k, v = split_qkv(Q, B, T, NH, NKV, HS)
+    k, v = repeat_kv(k, NH // NKV), repeat_kv(v, NH // NKV)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(B, T, NH * HS)
+    (y * dout.double()).sum().backward()
+    save("attention_gqa", {"qkv": qkv, "out": f32(y), "att": f32(att), "dout": dout,
+                           "dqkv": f32(Q.grad)}, {"B": B, "T": T, "NH": NH, "NKV": NKV, "HS": HS})
+
+
+def gen_mse():
+    """nn.MSELoss() (mean over N*D); the kernel's per-row losses are the row
+    means, whose mean is the loss, and backward with scale 1/N is its grad."""
+    N, D = 4, 7
+    pred, target = rand32(N, D), rand32(N, D)
+    P = leaf(pred)
+    loss = torch.nn.MSELoss()(P, target.double())
+    loss.backward()
+    losses = ((pred.double() - target.double()) ** 2).mean(dim=1)
+    save("mse", {"pred": pred, "target": target, "losses": f32(losses),
+                 "loss": np.array([loss.item()], dtype=np.float32), "dpred": f32(P.grad)},
+         {"N": N, "D": D})
+
+
+def gen_new_layers():
+    torch.manual_seed(NEW_LAYERS_SEED)
+    gen_batchnorm("batchnorm2d", N=2, C=5, HW=(3, 4))
+    gen_batchnorm("batchnorm1d", N=6, C=19, HW=None)
+    gen_avgpool()
+    gen_global_avgpool()
+    gen_pointwise("silu", F.silu)
+    gen_pointwise("tanh", torch.tanh)
+    gen_rmsnorm()
+    gen_swiglu()
+    gen_rope()
+    gen_attention_gqa()
+    gen_mse()
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
+    if sys.argv[1:] == ["--new-layers"]:
+        gen_new_layers()
+        return
     gen_linear(True)
     gen_linear(False)
     gen_pointwise("relu", F.relu)
@@ -294,6 +476,7 @@ def main():
     gen_mlp()
     gen_cnn()
     gen_gpt()
+    gen_new_layers()
 
 
 if __name__ == "__main__":

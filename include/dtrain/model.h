@@ -21,7 +21,10 @@
 extern "C" {
 #endif
 
-typedef enum { DT_MODEL_MLP, DT_MODEL_CNN, DT_MODEL_GPT, DT_MODEL_COUNT } dt_model_kind;
+/* The built-in models are the description files models/mlp.json, cnn.json and
+ * gpt.json (compiled into the library); DT_MODEL_FILE is a description the
+ * user gives (dt_model_cfg.file, docs/MODELS.md). */
+typedef enum { DT_MODEL_MLP, DT_MODEL_CNN, DT_MODEL_GPT, DT_MODEL_FILE, DT_MODEL_COUNT } dt_model_kind;
 
 #define DT_MLP_MAX_HIDDEN 8
 typedef struct dt_model_cfg {
@@ -37,10 +40,17 @@ typedef struct dt_model_cfg {
     int n_layer, n_head, n_embd, block_size, vocab_size;
     /* tensor parallelism (Megatron): this rank's shard of tp_size (0 or 1: none) */
     int tp_size, tp_rank;
+    /* DT_MODEL_FILE: the description's path */
+    char file[256];
 } dt_model_cfg;
 
 const char *dt_model_kind_name(dt_model_kind k);         /* "mlp" */
-dt_status dt_model_kind_parse(const char *s, dt_model_kind *out);
+dt_status dt_model_kind_parse(const char *s, dt_model_kind *out); /* mlp, cnn or gpt */
+/* --model's value: a built-in kind, a shipped description's name (models/NAME.json,
+ * compiled in) or a description file's path; sets kind and file. */
+dt_status dt_model_select(dt_model_cfg *c, const char *s);
+/* "mlp", or the description file's path / shipped name. */
+const char *dt_model_name(const dt_model_cfg *c);
 void dt_model_cfg_default(dt_model_cfg *c, dt_model_kind kind);
 dt_status dt_model_cfg_check(const dt_model_cfg *c);      /* ranges, divisibility */
 
@@ -50,6 +60,7 @@ typedef struct dt_batch {
     const float *x;          /* (B, in_dim) images (mlp, cnn) */
     const int32_t *tokens;   /* (B, T) input bytes (gpt) */
     const int32_t *targets;  /* (B) labels, or (B, T) next bytes */
+    const float *y;          /* (B, y_dim) float targets (mse), or NULL */
     float loss_scale;        /* dL/d(each loss term): 1 / terms in the GLOBAL batch */
 } dt_batch;
 
@@ -74,6 +85,8 @@ typedef struct dt_param {
 } dt_param;
 
 enum { DT_INIT_UNIFORM, DT_INIT_NORMAL, DT_INIT_CONST };
+enum { DT_INPUT_FEATURES, DT_INPUT_TOKENS };
+enum { DT_LOSS_XENT, DT_LOSS_MSE };
 enum { DT_SPLIT_NONE, DT_SPLIT_ROWS, DT_SPLIT_COLS };
 
 typedef struct dt_block dt_block;
@@ -96,7 +109,7 @@ typedef struct dt_block_ops {
                      const float *saved, float *scratch);
 } dt_block_ops;
 
-#define DT_BLOCK_MAX_TENSORS 16
+#define DT_BLOCK_MAX_TENSORS 64
 struct dt_block {
     const dt_block_ops *ops;
     char name[48];
@@ -108,6 +121,8 @@ struct dt_block {
     bool is_loss;               /* last block: out = per-term losses */
     dt_comm *tp;                /* tensor-parallel group (NULL: none) */
     dt_status *tp_err;          /* where a failed tp collective is recorded */
+    const struct dt_layer *layers; /* the model's layers (private, src/model/layer.h) */
+    int root;                   /* this block's tree in them */
 };
 
 struct dt_model {
@@ -120,6 +135,14 @@ struct dt_model {
     float *w;                   /* parameters (n) */
     float *g;                   /* gradients (n) */
     int loss_terms;             /* loss terms per sample (1, or T for the gpt) */
+    int input;                  /* DT_INPUT_FEATURES (batch.x) or DT_INPUT_TOKENS (batch.tokens) */
+    int in_floats;              /* features: floats of x per sample */
+    int seq_len, vocab;         /* tokens: per sample, and ids < vocab */
+    int loss_kind;              /* DT_LOSS_XENT (int targets, loss_terms per sample) or DT_LOSS_MSE */
+    int n_classes;              /* cross-entropy: classes (or vocabulary) */
+    int y_dim;                  /* mse: float targets per sample */
+    struct dt_layer *layers;    /* the layer trees of the blocks (private) */
+    int n_layers;
     int64_t flops_per_sample;   /* GEMM FLOPs of one training step per sample */
     dt_status tp_err;           /* first failure of a tensor-parallel collective (sticky) */
 };
@@ -127,6 +150,9 @@ struct dt_model {
 /* Builds the block list and allocates both arenas (zeroed). Owned by the
  * caller: dt_model_destroy. */
 dt_status dt_model_create(dt_model **out, const dt_model_cfg *cfg);
+/* The same without the arenas (w and g NULL): what the model takes and holds
+ * (input, loss, sizes, tensors), for checks before a run. */
+dt_status dt_model_probe(const dt_model_cfg *cfg, dt_model **out);
 void dt_model_destroy(dt_model *m); /* NULL ok */
 /* PyTorch's default initialisation (nn.Linear/Conv2d uniform, LayerNorm 1/0) for
  * mlp and cnn; GPT-2's (N(0, 0.02), residual projections scaled by

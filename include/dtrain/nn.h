@@ -134,6 +134,178 @@ void dt_maxpool2x2_backward(float *dinp,       /* (B, C, H, W) */
                             const int32_t *argmax,
                             int B, int C, int H, int W);
 
+/* ==== layers for CNNs beyond LeNet and for LLaMA-style transformers ========== */
+
+/* ---- dropout (inverted) --------------------------------------------------
+ * out = inp * keep / (1 - p), keep[r][j] = (u >= p), u the j-th
+ * dt_rng_uniform of the Philox stream dt_rng_init(seed, key0 + r). The mask is
+ * a pure function of (seed, key0 + r, j): backward regenerates it (nothing is
+ * saved), and a caller holding rows [r0, r0 + N) of a larger tensor passes
+ * key0 + r0 to get that slice of the same mask. p in [0, 1); p == 0 copies.
+ * Forward may run in place (out == inp). */
+void dt_dropout_forward(float *out,       /* (N, D) */
+                        const float *inp, /* (N, D) */
+                        int N, int D, float p, uint64_t seed, uint64_t key0);
+void dt_dropout_backward(float *dinp,       /* (N, D) or NULL */
+                         const float *dout, /* (N, D) */
+                         int N, int D, float p, uint64_t seed, uint64_t key0);
+
+/* ---- batch norm over x (N, C, S), statistics per channel over (n, s) -------
+ * S = H*W for BatchNorm2d, 1 for BatchNorm1d on (N, C). Train mode is split so
+ * that a caller can all-reduce the per-channel sums across data-parallel ranks
+ * between the steps (SyncBatchNorm); without sync, count = N*S:
+ *   dt_batchnorm_sum -> mean = sum / count
+ *   dt_batchnorm_sqdev -> var = sq / count (biased), rstd = 1 / sqrt(var + eps)
+ *   dt_batchnorm_forward
+ *   dt_batchnorm_bwd_sums -> gsums (the group's) -> dt_batchnorm_backward
+ * Eval mode is dt_batchnorm_forward with the running statistics. The running
+ * statistics themselves (PyTorch: momentum 0.1, running_var from the unbiased
+ * var * count / (count - 1)) are the caller's. Reductions run in double. */
+#define DT_BATCHNORM_EPS 1e-5f
+void dt_batchnorm_sum(float *sum,       /* (C) written: sum of x */
+                      const float *inp, /* (N, C, S) */
+                      int N, int C, int S);
+void dt_batchnorm_sqdev(float *sq,        /* (C) written: sum (x - mean)^2 */
+                        const float *inp, /* (N, C, S) */
+                        const float *mean, /* (C) */
+                        int N, int C, int S);
+void dt_batchnorm_forward(float *out,        /* (N, C, S) */
+                          const float *inp,  /* (N, C, S) */
+                          const float *mean, /* (C) */
+                          const float *rstd, /* (C) */
+                          const float *gamma, /* (C) */
+                          const float *beta, /* (C) */
+                          int N, int C, int S);
+/* Local sums for backward: sums[c] = sum dy, sums[C + c] = sum dy * xhat,
+ * xhat = (x - mean) * rstd; written. */
+void dt_batchnorm_bwd_sums(float *sums,       /* (2C) written */
+                           const float *dout, /* (N, C, S) */
+                           const float *inp,  /* (N, C, S) */
+                           const float *mean, /* (C) */
+                           const float *rstd, /* (C) */
+                           int N, int C, int S);
+/* dgamma += LOCAL sum dy * xhat, dbeta += LOCAL sum dy (recomputed here: the
+ * parameter gradients are reduced later by the caller's data parallelism);
+ * dinp += gamma * rstd * (dy - gsums[c] / count - xhat * gsums[C + c] / count),
+ * gsums the dt_batchnorm_bwd_sums summed over every rank of the group (the
+ * local ones without sync) and count the elements per channel over the group
+ * (N_total * S). dinp, dgamma and dbeta may each be NULL (skipped). */
+void dt_batchnorm_backward(float *dinp,        /* (N, C, S) or NULL */
+                           float *dgamma,      /* (C) or NULL */
+                           float *dbeta,       /* (C) or NULL */
+                           const float *dout,  /* (N, C, S) */
+                           const float *inp,   /* (N, C, S) */
+                           const float *mean,  /* (C) */
+                           const float *rstd,  /* (C) */
+                           const float *gamma, /* (C) */
+                           const float *gsums, /* (2C) */
+                           double count, int N, int C, int S);
+
+/* ---- average pooling, NCHW ----------------------------------------------
+ * torch.nn.AvgPool2d(K, stride, pad), count_include_pad=True, ceil_mode=False:
+ * OH = (H + 2*pad - K) / stride + 1, likewise OW; every window divides by K*K.
+ * 2*pad <= K (PyTorch's limit). */
+void dt_avgpool2d_forward(float *out,       /* (B, C, OH, OW) */
+                          const float *inp, /* (B, C, H, W) */
+                          int B, int C, int H, int W, int K, int stride, int pad);
+void dt_avgpool2d_backward(float *dinp,       /* (B, C, H, W) or NULL */
+                           const float *dout, /* (B, C, OH, OW) */
+                           int B, int C, int H, int W, int K, int stride, int pad);
+/* Global average pool: out[b][c] = mean over S of inp[b][c] (S = H*W). */
+void dt_global_avgpool_forward(float *out,       /* (B, C) */
+                               const float *inp, /* (B, C, S) */
+                               int B, int C, int S);
+void dt_global_avgpool_backward(float *dinp,       /* (B, C, S) or NULL */
+                                const float *dout, /* (B, C) */
+                                int B, int C, int S);
+
+/* ---- SiLU: x * sigmoid(x) --------------------------------------------- */
+void dt_silu_forward(float *out,       /* (n) */
+                     const float *inp, /* (n) */
+                     size_t n);
+void dt_silu_backward(float *dinp,       /* (n) or NULL */
+                      const float *dout, /* (n) */
+                      const float *inp,  /* (n) */
+                      size_t n);
+
+/* ---- tanh ------------------------------------------------------------------
+ * Backward uses the forward OUTPUT (1 - out^2), so forward may run in place. */
+void dt_tanh_forward(float *out,       /* (n) */
+                     const float *inp, /* (n) */
+                     size_t n);
+void dt_tanh_backward(float *dinp,       /* (n) or NULL */
+                      const float *dout, /* (n) */
+                      const float *out,  /* (n) forward output */
+                      size_t n);
+
+/* ---- RMSNorm over the last dimension (LLaMA) -------------------------------
+ * out = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps); rstd saved. */
+void dt_rmsnorm_forward(float *out,       /* (N, C) */
+                        float *rstd,      /* (N) saved */
+                        const float *inp, /* (N, C) */
+                        const float *w,   /* (C) */
+                        int N, int C, float eps);
+void dt_rmsnorm_backward(float *dinp,       /* (N, C) or NULL */
+                         float *dw,         /* (C) */
+                         const float *dout, /* (N, C) */
+                         const float *inp,  /* (N, C) */
+                         const float *w,    /* (C) */
+                         const float *rstd, /* (N) */
+                         int N, int C);
+
+/* ---- SwiGLU's elementwise part: out = silu(gate) * up ---------------------
+ * out may alias gate or up. dgate and dup may each be NULL. */
+void dt_swiglu_forward(float *out,        /* (n) */
+                       const float *gate, /* (n) */
+                       const float *up,   /* (n) */
+                       size_t n);
+void dt_swiglu_backward(float *dgate,      /* (n) or NULL */
+                        float *dup,        /* (n) or NULL */
+                        const float *dout, /* (n) */
+                        const float *gate, /* (n) */
+                        const float *up,   /* (n) */
+                        size_t n);
+
+/* ---- rotary position embedding, in place (Hugging Face LLaMA) -------------
+ * rotate_half convention: for head h < nheads of token t, pair (i, i + HS/2),
+ * i < HS/2, turns by t * theta^(-2i/HS) (inv_freq computed in float as HF
+ * does). x[b, t] starts at x + (b*T + t) * row_stride, head h at + h*HS, so
+ * q and k can be rotated inside a fused qkv buffer. dir = +1 rotates
+ * (forward); dir = -1 applies the inverse rotation, which is the backward of a
+ * gradient (in place, not added). HS even. */
+void dt_rope_apply(float *x, /* (B, T, row_stride), nheads * HS used per row */
+                   int B, int T, int nheads, int HS, size_t row_stride, float theta, int dir);
+
+/* ---- causal grouped-query attention ----------------------------------------
+ * qkv per token: [q (NH heads) | k (NKV heads) | v (NKV heads)], each head HS
+ * wide; query head h uses kv head h / (NH / NKV) (HF repeat_kv); NH % NKV == 0.
+ * Scale 1/sqrt(HS); att saves the probabilities (zeros above the diagonal).
+ * With NKV == NH it computes what dt_attention_forward computes (not
+ * necessarily bitwise). Backward scratch: dt_attention_gqa_scratch_floats. */
+void dt_attention_gqa_forward(float *out,       /* (B, T, NH*HS) */
+                              float *att,       /* (B, NH, T, T) saved */
+                              const float *qkv, /* (B, T, (NH + 2*NKV)*HS) */
+                              int B, int T, int NH, int NKV, int HS);
+size_t dt_attention_gqa_scratch_floats(int B, int T, int NH, int NKV, int HS);
+void dt_attention_gqa_backward(float *dqkv,       /* (B, T, (NH + 2*NKV)*HS) or NULL */
+                               float *scratch,    /* dt_attention_gqa_scratch_floats */
+                               const float *dout, /* (B, T, NH*HS) */
+                               const float *qkv,  /* (B, T, (NH + 2*NKV)*HS) */
+                               const float *att,  /* (B, NH, T, T) */
+                               int B, int T, int NH, int NKV, int HS);
+
+/* ---- mean squared error per row --------------------------------------------
+ * losses[i] = sum_j (pred - target)^2 / D. Backward: dpred += scale * 2 *
+ * (pred - target) / D; scale 1/N gives torch.nn.MSELoss() (mean over N*D). */
+void dt_mse_forward(float *losses,       /* (N) */
+                    const float *pred,   /* (N, D) */
+                    const float *target, /* (N, D) */
+                    int N, int D);
+void dt_mse_backward(float *dpred,        /* (N, D) or NULL */
+                     const float *pred,   /* (N, D) */
+                     const float *target, /* (N, D) */
+                     float scale, int N, int D);
+
 #ifdef __cplusplus
 }
 #endif

@@ -177,6 +177,10 @@ typedef struct dt_train_result {
 } dt_train_result;
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);
+/* The defaults that follow from the model: AdamW with warm-up and cosine decay for a
+ * language model (lm), SGD with momentum for a classifier or regressor (a
+ * description file's defaults are chosen by what it reads). */
+void dt_train_cfg_model_defaults(dt_train_cfg *c, bool lm);
 dt_status dt_train_cfg_check(const dt_train_cfg *c);
 /* Whether the run aggregates worker momenta (worker_momentum resolved). */
 bool dt_train_worker_momentum(const dt_train_cfg *c);

@@ -29,7 +29,7 @@ int dt_weights_cfg_meta(const dt_model_cfg *c, const char **kv, int max_pairs, c
     kv[0] = "format";
     kv[1] = "pt";
     kv[2] = "dtrain_model";
-    kv[3] = dt_model_kind_name(c->kind);
+    kv[3] = dt_model_name(c); /* a description file: its path or shipped name */
     n = 2;
     switch (c->kind) {
     case DT_MODEL_MLP: {
@@ -88,8 +88,12 @@ dt_status dt_weights_cfg_from_meta(const char *(*get)(void *ctx, const char *key
         else
             return dt_errorf(DT_ERR_FORMAT, "%s: metadata does not say which model it holds; pass --model", what);
     }
-    if (dt_model_kind_parse(kind, &k))
-        return dt_errorf(DT_ERR_FORMAT, "%s: metadata names an unknown model '%s'", what, kind);
+    if (dt_model_kind_parse(kind, &k)) {
+        dt_model_cfg_default(cfg, DT_MODEL_FILE);
+        if (dt_model_select(cfg, kind))
+            return dt_errorf(DT_ERR_FORMAT, "%s: metadata names an unknown model '%s' (pass --model FILE.json)", what, kind);
+        return DT_OK;
+    }
     dt_model_cfg_default(cfg, k);
     dt_status st = DT_OK;
     switch (k) {
@@ -172,7 +176,7 @@ dt_status dt_weights_load(dt_model *m, const char *path) {
     dt_status st = dt_st_open(path, &f);
     if (st) return st;
     const char *kind = dt_st_meta(f, "dtrain_model");
-    if (kind && strcmp(kind, dt_model_kind_name(m->cfg.kind)) != 0) {
+    if (kind && m->cfg.kind != DT_MODEL_FILE && strcmp(kind, dt_model_kind_name(m->cfg.kind)) != 0) {
         st = dt_errorf(DT_ERR_SHAPE, "%s holds a %s model, not a %s; pass --model %s or the right file",
                        path, kind, dt_model_kind_name(m->cfg.kind), kind);
         goto done;
@@ -182,7 +186,7 @@ dt_status dt_weights_load(dt_model *m, const char *path) {
         const dt_st_tensor *t = dt_st_get(f, i);
         if (!dt_model_find(m, t->name) && !(m->cfg.kind == DT_MODEL_GPT && strcmp(t->name, "lm_head.weight") == 0)) {
             st = dt_errorf(DT_ERR_SHAPE, "%s: tensor '%s' is not part of this %s (is the file for another model or size?)",
-                           path, t->name, dt_model_kind_name(m->cfg.kind));
+                           path, t->name, dt_model_name(&m->cfg));
             goto done;
         }
     }
@@ -201,7 +205,7 @@ dt_status dt_weights_load(dt_model *m, const char *path) {
             shape_str(a, sizeof a, t->ndim, t->shape);
             shape_str(b, sizeof b, p->ndim, p->shape);
             st = dt_errorf(DT_ERR_SHAPE, "%s: tensor '%s' has shape %s but this %s needs %s", path,
-                           p->name, a, dt_model_kind_name(m->cfg.kind), b);
+                           p->name, a, dt_model_name(&m->cfg), b);
             goto done;
         }
     }

@@ -1,5 +1,5 @@
-/* Private: helpers the model builders (mlp.c, cnn.c, gpt.c) share (model.c)
- * and the builders build.c dispatches to. */
+/* Private: the builder calls (model.c) that lay blocks and tensors out in the
+ * arena, used by the description compiler (desc.c) and the layers. */
 #ifndef DT_MODEL_BLOCKS_H
 #define DT_MODEL_BLOCKS_H
 
@@ -25,12 +25,13 @@ size_t dt_builder_param_tp(dt_builder *bd, const char *name, int ndim, const int
 /* Records a tensor the last block uses but another block owns (tied weights). */
 void dt_builder_use(dt_builder *bd, size_t offset);
 
-dt_status dt_build_mlp(dt_builder *bd);
-dt_status dt_build_cnn(dt_builder *bd);
-dt_status dt_build_gpt(dt_builder *bd);
+struct dt_vars;
+/* Builds the blocks and tensors of the description `text` (named `what` in
+ * messages), its variables overridden by `over` (NULL: none). desc.c. */
+dt_status dt_desc_build(dt_builder *bd, const char *text, const char *what, const struct dt_vars *over);
+/* The text of a built-in description ("mlp", "cnn", "gpt"), NULL when none. */
+const char *dt_model_builtin(const char *name);
 
-/* Blocks shared between models. */
-extern const dt_block_ops dt_block_linear_ops;      /* dims: IC, OC, relu, bias, tp mode */
 extern const dt_block_ops dt_block_xent_ops;        /* dims: V (classes), terms per sample */
 
 /* Megatron's two halves: a column-parallel linear holds OC/tp output features
@@ -38,12 +39,11 @@ extern const dt_block_ops dt_block_xent_ops;        /* dims: V (classes), terms 
  * one holds IC/tp input features (its partial outputs are all-reduced before
  * the bias: g). */
 enum { DT_TP_NONE, DT_TP_COLUMN, DT_TP_ROW };
-/* in: (B, in_dim) -> out (B, OC); relu fused when relu != 0. IC and OC are the
- * logical sizes. */
-void dt_add_linear(dt_builder *bd, const char *prefix, int IC, int OC, bool relu, bool bias, int tp_mode);
 /* All-reduces buf over the block's tp group (no-op without one), recording a failure. */
 void dt_block_tp_allreduce(const dt_block *b, float *buf, size_t n);
 /* Softmax cross-entropy over V classes, `terms` per sample (in: (B, terms*V)). */
 void dt_add_xent(dt_builder *bd, int V, int terms);
+/* Mean squared error against batch->y, D floats per sample. */
+void dt_add_mse(dt_builder *bd, int D);
 
 #endif

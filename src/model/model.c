@@ -1,8 +1,8 @@
 /* The block-list machinery: the builder calls that lay blocks and tensors out
  * in the arena, initialisation, the local <-> logical copies, activations, the
- * forward/backward drivers that walk a block range, and the blocks the models
- * share (linear, cross-entropy). Nothing here knows which model it runs; a
- * model is created from its configuration in build.c. */
+ * forward/backward drivers that walk a block range, and the loss blocks
+ * (cross-entropy, mean squared error). Nothing here knows which model it runs;
+ * a model is compiled from its description in build.c and desc.c. */
 #include "blocks.h"
 
 #include "dtrain/nn.h"
@@ -116,6 +116,7 @@ void dt_builder_use(dt_builder *bd, size_t offset) {
 void dt_model_destroy(dt_model *m) {
     if (!m) return;
     dt_free(m->blocks);
+    dt_free(m->layers);
     dt_free(m->params);
     dt_free(m->w);
     dt_free(m->g);
@@ -414,94 +415,6 @@ void dt_block_tp_allreduce(const dt_block *b, float *buf, size_t n) {
     if (st) *b->tp_err = st;
 }
 
-/* linear (+ fused ReLU): dims = {IC, OC, relu, bias, tp mode} (local sizes);
- * off = {weight, bias}. */
-static size_t linear_saved(const dt_block *b, int B) { return 0; }
-static size_t linear_scratch(const dt_block *b, int B) {
-    return b->dims[2] ? (size_t)B * (size_t)b->dims[1] : 0;
-}
-
-static void add_bias(float *out, const float *bias, int N, int OC) {
-    for (int i = 0; i < N; i++) {
-        float *o = out + (size_t)i * OC;
-        for (int j = 0; j < OC; j++) o[j] += bias[j];
-    }
-}
-
-static void linear_forward(const dt_block *b, const float *P, const dt_batch *batch,
-                           const float *in, float *out, float *saved, float *scratch) {
-    int IC = b->dims[0], OC = b->dims[1];
-    const float *x = in ? in : batch->x;
-    const float *bias = b->dims[3] ? P + b->off[1] : NULL;
-    if (b->dims[4] == DT_TP_ROW && b->tp) {
-        /* g: partial products summed over the group, then the (replicated) bias once. */
-        dt_linear_forward(out, x, P + b->off[0], NULL, batch->B, IC, OC);
-        dt_block_tp_allreduce(b, out, (size_t)batch->B * OC);
-        if (bias) add_bias(out, bias, batch->B, OC);
-    } else {
-        dt_linear_forward(out, x, P + b->off[0], bias, batch->B, IC, OC);
-    }
-    if (b->dims[2]) dt_relu_forward(out, out, (size_t)batch->B * OC);
-}
-
-static void linear_backward(const dt_block *b, const float *P, float *G, const dt_batch *batch,
-                            const float *in, const float *out, const float *dout, float *din,
-                            const float *saved, float *scratch) {
-    int IC = b->dims[0], OC = b->dims[1];
-    const float *x = in ? in : batch->x;
-    const float *dpre = dout;
-    if (b->dims[2]) {
-        size_t n = (size_t)batch->B * OC;
-        memset(scratch, 0, n * sizeof(float));
-        dt_relu_backward(scratch, dout, out, n);
-        dpre = scratch;
-    }
-    dt_linear_backward(din, G + b->off[0], b->dims[3] ? G + b->off[1] : NULL, dpre, x,
-                       P + b->off[0], batch->B, IC, OC);
-    /* f: the replicated input's gradient is the sum of every shard's part. */
-    if (b->dims[4] == DT_TP_COLUMN && din) dt_block_tp_allreduce(b, din, (size_t)batch->B * IC);
-}
-
-const dt_block_ops dt_block_linear_ops = {"linear", linear_saved, linear_scratch,
-                                          linear_forward, linear_backward};
-
-void dt_add_linear(dt_builder *bd, const char *prefix, int IC, int OC, bool relu, bool bias, int tp_mode) {
-    const dt_model_cfg *c = &bd->m->cfg;
-    int T = c->tp_size > 1 ? c->tp_size : 1, r = c->tp_size > 1 ? c->tp_rank : 0;
-    if (T == 1) tp_mode = DT_TP_NONE;
-    int ICl = tp_mode == DT_TP_ROW ? IC / T : IC, OCl = tp_mode == DT_TP_COLUMN ? OC / T : OC;
-    dt_block *b = dt_builder_block(bd, &dt_block_linear_ops, prefix, (size_t)ICl, (size_t)OCl);
-    if (!b) return;
-    b->dims[0] = ICl;
-    b->dims[1] = OCl;
-    b->dims[2] = relu;
-    b->dims[3] = bias;
-    b->dims[4] = tp_mode;
-    char name[64];
-    float bound = 1.0f / sqrtf((float)IC); /* PyTorch's nn.Linear default */
-    snprintf(name, sizeof name, "%s.weight", prefix);
-    int64_t ws[2] = {OC, IC}, bs[1] = {OC};
-    if (tp_mode == DT_TP_COLUMN) {
-        int64_t ps = (int64_t)r * OCl, pl = OCl;
-        dt_builder_param_tp(bd, name, 2, ws, DT_INIT_UNIFORM, bound, DT_SPLIT_ROWS, 1, &ps, &pl);
-    } else if (tp_mode == DT_TP_ROW) {
-        int64_t ps = (int64_t)r * ICl, pl = ICl;
-        dt_builder_param_tp(bd, name, 2, ws, DT_INIT_UNIFORM, bound, DT_SPLIT_COLS, 1, &ps, &pl);
-    } else {
-        dt_builder_param(bd, name, 2, ws, DT_INIT_UNIFORM, bound);
-    }
-    if (bias) {
-        snprintf(name, sizeof name, "%s.bias", prefix);
-        if (tp_mode == DT_TP_COLUMN) {
-            int64_t ps = (int64_t)r * OCl, pl = OCl;
-            dt_builder_param_tp(bd, name, 1, bs, DT_INIT_UNIFORM, bound, DT_SPLIT_COLS, 1, &ps, &pl);
-        } else {
-            dt_builder_param(bd, name, 1, bs, DT_INIT_UNIFORM, bound);
-        }
-    }
-    bd->m->flops_per_sample += 6LL * ICl * OCl;
-}
-
 /* softmax cross-entropy: dims = {V, terms}; in (B, terms*V) logits, out (B, terms) losses,
  * saved (B, terms*V) probabilities. */
 static size_t xent_saved(const dt_block *b, int B) { return (size_t)B * b->dims[1] * b->dims[0]; }
@@ -528,5 +441,28 @@ void dt_add_xent(dt_builder *bd, int V, int terms) {
     if (!b) return;
     b->dims[0] = V;
     b->dims[1] = terms;
+    b->is_loss = true;
+}
+
+/* mean squared error: dims = {D}; in (B, D) predictions, out (B) losses (each the
+ * mean over its D terms); batch->y the targets. */
+static size_t mse_floats(const dt_block *b, int B) { return 0; }
+
+static void mse_forward(const dt_block *b, const float *P, const dt_batch *batch, const float *in, float *out,
+                        float *saved, float *scratch) {
+    dt_mse_forward(out, in, batch->y, batch->B, b->dims[0]);
+}
+
+static void mse_backward(const dt_block *b, const float *P, float *G, const dt_batch *batch, const float *in,
+                         const float *out, const float *dout, float *din, const float *saved, float *scratch) {
+    dt_mse_backward(din, in, batch->y, batch->loss_scale, batch->B, b->dims[0]);
+}
+
+static const dt_block_ops mse_ops = {"mse", mse_floats, mse_floats, mse_forward, mse_backward};
+
+void dt_add_mse(dt_builder *bd, int D) {
+    dt_block *b = dt_builder_block(bd, &mse_ops, "loss", (size_t)D, 1);
+    if (!b) return;
+    b->dims[0] = D;
     b->is_loss = true;
 }

@@ -138,13 +138,14 @@ static void sleep_us(double us) {
 }
 
 /* Micro-batch i of the shard: rows [lo, hi). */
-static dt_batch micro(const dt_batch *b, int M, int i, int in_dim_x, int T) {
+static dt_batch micro(const dt_batch *b, int M, int i, int in_dim_x, int T, int y_dim) {
     int lo = (int)((int64_t)b->B * i / M), hi = (int)((int64_t)b->B * (i + 1) / M);
     dt_batch mb = *b;
     mb.B = hi - lo;
     if (b->x) mb.x = b->x + (size_t)lo * (size_t)in_dim_x;
     if (b->tokens) mb.tokens = b->tokens + (size_t)lo * (size_t)T;
     if (b->targets) mb.targets = b->targets + (size_t)lo * (size_t)(T ? T : 1);
+    if (b->y) mb.y = b->y + (size_t)lo * (size_t)y_dim;
     return mb;
 }
 
@@ -287,7 +288,7 @@ dt_status dt_pipe_sync_tied(dt_pipe *p) {
 
 dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_x, double *loss) {
     int M = p->cfg.micro_batches, P = p->P, s = p->stage;
-    int T = p->m->cfg.kind == DT_MODEL_GPT ? p->m->cfg.block_size : 0;
+    int T = p->m->seq_len;
     double t0 = dt_now();
     dt_status st = DT_OK;
     *loss = 0;
@@ -297,31 +298,31 @@ dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_
     if (Mu > 0) {
         if (p->cfg.schedule == DT_SCHED_GPIPE) {
             for (int i = 0; i < Mu && !st; i++) {
-                dt_batch mb = micro(batch, Mu, i, in_dim_x, T);
+                dt_batch mb = micro(batch, Mu, i, in_dim_x, T, p->m->y_dim);
                 st = fwd(p, &mb, i, loss);
             }
             for (int i = 0; i < Mu && !st; i++) {
-                dt_batch mb = micro(batch, Mu, i, in_dim_x, T);
+                dt_batch mb = micro(batch, Mu, i, in_dim_x, T, p->m->y_dim);
                 st = bwd(p, dp, &mb, i, i == Mu - 1);
             }
         } else {
             int warm = P - s - 1 < Mu ? P - s - 1 : Mu;
             int f = 0, b = 0;
             for (; f < warm && !st; f++) {
-                dt_batch mb = micro(batch, Mu, f, in_dim_x, T);
+                dt_batch mb = micro(batch, Mu, f, in_dim_x, T, p->m->y_dim);
                 st = fwd(p, &mb, f, loss);
             }
             while (f < Mu && !st) {
-                dt_batch mb = micro(batch, Mu, f, in_dim_x, T);
+                dt_batch mb = micro(batch, Mu, f, in_dim_x, T, p->m->y_dim);
                 st = fwd(p, &mb, f, loss);
                 f++;
                 if (st) break;
-                dt_batch mb2 = micro(batch, Mu, b, in_dim_x, T);
+                dt_batch mb2 = micro(batch, Mu, b, in_dim_x, T, p->m->y_dim);
                 st = bwd(p, dp, &mb2, b, b == Mu - 1);
                 b++;
             }
             for (; b < Mu && !st; b++) {
-                dt_batch mb = micro(batch, Mu, b, in_dim_x, T);
+                dt_batch mb = micro(batch, Mu, b, in_dim_x, T, p->m->y_dim);
                 st = bwd(p, dp, &mb, b, b == Mu - 1);
             }
         }
@@ -337,8 +338,8 @@ dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_
 }
 
 dt_status dt_pipe_eval(dt_pipe *p, const dt_batch *batch, double *loss_sum, double *correct) {
-    int T = p->m->cfg.kind == DT_MODEL_GPT ? p->m->cfg.block_size : 0;
-    int in_dim_x = p->m->cfg.kind == DT_MODEL_GPT ? 0 : p->m->cfg.in_dim;
+    int T = p->m->seq_len;
+    int in_dim_x = p->m->in_floats;
     int chunks = (batch->B + p->maxB - 1) / p->maxB;
     *loss_sum = 0;
     *correct = 0;
@@ -346,7 +347,7 @@ dt_status dt_pipe_eval(dt_pipe *p, const dt_batch *batch, double *loss_sum, doub
     const dt_model *m = p->m;
     int nb = p->last - p->first + 1;
     for (int c = 0; c < chunks; c++) {
-        dt_batch mb = micro(batch, chunks, c, in_dim_x, T);
+        dt_batch mb = micro(batch, chunks, c, in_dim_x, T, p->m->y_dim);
         if (mb.B == 0) continue;
         dt_status st = DT_OK;
         if (p->stage > 0 &&
@@ -356,7 +357,7 @@ dt_status dt_pipe_eval(dt_pipe *p, const dt_batch *batch, double *loss_sum, doub
         float l = dt_model_forward(m, a, &mb, NULL);
         if (p->stage == p->P - 1) {
             *loss_sum += l;
-            if (m->cfg.kind != DT_MODEL_GPT) *correct += dt_model_count_correct(m, a, &mb);
+            if (m->input != DT_INPUT_TOKENS && m->loss_kind == DT_LOSS_XENT) *correct += dt_model_count_correct(m, a, &mb);
         } else {
             dt_req r;
             st = dt_isend(p->pp, a->bound[nb], (size_t)mb.B * m->blocks[p->last].out_dim * sizeof(float),

@@ -34,7 +34,11 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->pipe.micro_batches = 1;
     c->pipe.schedule = DT_SCHED_1F1B;
     dt_dp_cfg_default(&c->dp);
-    if (kind == DT_MODEL_GPT) {
+    dt_train_cfg_model_defaults(c, kind == DT_MODEL_GPT);
+}
+
+void dt_train_cfg_model_defaults(dt_train_cfg *c, bool lm) {
+    if (lm) {
         c->batch = 16;
         c->lr = 1e-3f;
         c->min_lr = 1e-4f;

@@ -131,10 +131,10 @@ static void inject_format(const dt_inject *in, char *buf, size_t n) {
 
 static dt_status model_parse(void *base, const char *flag, const char *s) {
     /* The kind's defaults were applied before any flag (dt_train_cfg_parse). */
-    return dt_model_kind_parse(s, &((dt_train_cfg *)base)->model.kind);
+    return dt_model_select(&((dt_train_cfg *)base)->model, s);
 }
 static void model_format(const void *base, char *buf, size_t n) {
-    snprintf(buf, n, "%s", dt_model_kind_name(((const dt_train_cfg *)base)->model.kind));
+    snprintf(buf, n, "%s", dt_model_name(&((const dt_train_cfg *)base)->model));
 }
 
 static dt_status optim_parse(void *base, const char *flag, const char *s) {
@@ -449,7 +449,7 @@ static const dt_flag train_flags[] = {
     NUM("beta2", DT_FLAG_FLOAT, optim.beta2, 0, 0.999999999, TR, S_OPT, "B2", "adamw"),
     NUM("eps", DT_FLAG_FLOAT, optim.eps, 1e-30, 1, TR, S_OPT, "E", "adamw"),
     NUM("clip", DT_FLAG_FLOAT, clip, 0, 1e9, TR, S_OPT, "NORM", "global gradient-norm clipping, 0 = off"),
-    CH("model", model, model.kind, TR | EV, S_MODEL, "mlp|cnn|gpt", "the model; its kind decides the other defaults"),
+    CH("model", model, model.kind, TR | EV, S_MODEL, "mlp|cnn|gpt|NAME|FILE.json", "the model: built in, a shipped description (models/NAME.json) or your own (docs/MODELS.md); it decides the other defaults"),
     CH("hidden", hidden, model.hidden, TR, S_MODEL, "H1,H2,...", "mlp hidden sizes ('none': a linear model)"),
     INT("n-layer", DT_FLAG_INT, model.n_layer, 1, 256, TR, S_MODEL, "L", "gpt transformer blocks"),
     INT("n-head", DT_FLAG_INT, model.n_head, 1, 256, TR, S_MODEL, "H", "gpt attention heads"),

@@ -201,7 +201,7 @@ dt_status tr_drive_hogwild(tr_run *r) {
     if (!st) st = tr_stop_init(r, r->m->n * sizeof(float) * (size_t)(1 + 2 * T));
     if (!st && !c->quiet)
         dt_log(DT_LOG_INFO, "hogwild: %d threads share one %s (%zu parameters) with no locks, %lld steps each", T,
-               dt_model_kind_name(r->m->cfg.kind), r->m->n, (long long)(r->total - r->start_step));
+               dt_model_name(&r->m->cfg), r->m->n, (long long)(r->total - r->start_step));
     if (!st) st = hw_train(&h, &hc, loss);
     if (!st && r->lead) st = report(r, &hc, loss, r->res->stopped_at >= 0 ? r->res->stopped_at : r->total);
     dt_ckpt_writer_destroy(h.ckw);

@@ -278,7 +278,18 @@ dt_status dt_train_cfg_parse(const dt_flag_table *tabs, int ntabs, unsigned cmd,
     /* The model kind and the optimizer decide the defaults the other flags refine. */
     dt_train_cfg_default(cfg, kind);
     if (!st) st = apply_decider(tabs, ntabs, cmd, "model", argc, argv, src, model_given);
-    if (!st) dt_train_cfg_default(cfg, cfg->model.kind);
+    if (!st) {
+        dt_model_cfg chosen = cfg->model;
+        dt_train_cfg_default(cfg, chosen.kind);
+        if (chosen.kind == DT_MODEL_FILE) {
+            /* A description's defaults follow what it reads: tokens or tensors. */
+            dt_model *m = NULL;
+            cfg->model = chosen;
+            st = dt_model_probe(&cfg->model, &m);
+            if (!st) dt_train_cfg_model_defaults(cfg, m->input == DT_INPUT_TOKENS);
+            dt_model_destroy(m);
+        }
+    }
     if (!st && (cmd & DT_FLAG_TRAIN)) st = apply_decider(tabs, ntabs, cmd, "optim", argc, argv, src, &optim_given);
     /* A file describes the run: the library's flags only, not how to start it (-n, --threads). */
     if (!st) st = dt_flags_apply(tabs, 1, cmd, src->argc, src->argv, src->path);

@@ -21,7 +21,7 @@ static dt_status call_hooks(const dt_train_cfg *c, int which, const void *arg) {
 void tr_run_info(const tr_run *r, dt_strategy s, dt_run_info *info) {
     const dt_train_cfg *c = r->c;
     *info = (dt_run_info){
-        .model = dt_model_kind_name(c->model.kind),
+        .model = dt_model_name(&c->model),
         .params = r->full ? r->full->n : r->m->n,
         .lm = r->data.lm,
         .n_train = r->data.n_train,

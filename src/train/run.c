@@ -35,8 +35,11 @@ dt_status dt_eval_run(const dt_train_cfg *c, const char *weights, dt_train_resul
     dt_dataset d;
     dt_loader ld = {0};
     dt_model *m = NULL;
-    bool lm = c->model.kind == DT_MODEL_GPT;
-    dt_status st = dt_dataset_load(&d, c->data, lm, c->model.block_size, c->val_frac, false);
+    bool lm = false;
+    int T = 0;
+    memset(&d, 0, sizeof d);
+    dt_status st = tr_model_input(c, &lm, &T);
+    if (!st) st = dt_dataset_load(&d, c->data, lm, T, c->val_frac, false);
     if (!st) st = tr_data_fits(c, &d);
     if (!st) st = dt_model_create(&m, &c->model);
     if (!st) st = dt_weights_load(m, weights);

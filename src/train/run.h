@@ -110,6 +110,8 @@ dt_status tr_setup(tr_run *r, const dt_train_cfg *c, dt_comm *world, dt_train_re
 dt_status tr_setup_strategy(tr_run *r);
 /* Whether the model takes the dataset's images. */
 dt_status tr_data_fits(const dt_train_cfg *c, const dt_dataset *d);
+/* Whether the run's model reads tokens (a language model) and how many per sample. */
+dt_status tr_model_input(const dt_train_cfg *c, bool *lm, int *T);
 void tr_free(tr_run *r);
 int64_t tr_total_steps(const dt_train_cfg *c, int64_t n_train);
 

@@ -11,20 +11,43 @@ int64_t tr_total_steps(const dt_train_cfg *c, int64_t n_train) {
     return c->steps > 0 ? c->steps : c->epochs * ((n_train + c->batch - 1) / c->batch);
 }
 
+dt_status tr_model_input(const dt_train_cfg *c, bool *lm, int *T) {
+    dt_model *m = NULL;
+    dt_status st = dt_model_probe(&c->model, &m);
+    if (st) return st;
+    *lm = m->input == DT_INPUT_TOKENS;
+    *T = m->seq_len;
+    dt_model_destroy(m);
+    return DT_OK;
+}
+
 dt_status tr_data_fits(const dt_train_cfg *c, const dt_dataset *d) {
     const dt_imageset *s = d->n_train > 0 ? &d->train : &d->test;
-    const char *dir = c->data ? c->data : DT_FMNIST_DEFAULT_DIR;
-    if (d->lm) return DT_OK;
-    if (c->model.kind == DT_MODEL_MLP && d->in_dim != c->model.in_dim)
-        return dt_errorf(DT_ERR_SHAPE, "%s: images are %dx%d but the mlp takes %d inputs", dir, s->rows, s->cols, c->model.in_dim);
-    if (c->model.kind == DT_MODEL_CNN && (s->rows != 28 || s->cols != 28))
-        return dt_errorf(DT_ERR_SHAPE, "%s: images are %dx%d but the cnn takes 28x28", dir, s->rows, s->cols);
-    return DT_OK;
+    const char *dir = c->data ? c->data : d->lm ? DT_CORPUS_DEFAULT_PATH : DT_FMNIST_DEFAULT_DIR;
+    const char *name = dt_model_name(&c->model);
+    dt_model *m = NULL;
+    dt_status st = dt_model_probe(&c->model, &m);
+    if (st) return st;
+    if (d->lm && m->vocab < 256)
+        st = dt_errorf(DT_ERR_SHAPE, "%s: byte tokens go up to 255 but the %s's vocabulary is %d", dir, name, m->vocab);
+    else if (!d->lm && m->in_floats != d->in_dim)
+        st = dt_errorf(DT_ERR_SHAPE, "%s: images are %dx%d but the %s takes %d inputs", dir, s->rows, s->cols, name,
+                       m->in_floats);
+    else if (!d->lm && m->loss_kind != DT_LOSS_XENT)
+        st = dt_errorf(DT_ERR_SHAPE, "%s: the data has class labels but the %s's loss is mse", dir, name);
+    else if (!d->lm && m->n_classes < s->n_classes)
+        st = dt_errorf(DT_ERR_SHAPE, "%s: labels go up to %d but the %s has %d classes", dir, s->n_classes - 1, name,
+                       m->n_classes);
+    dt_model_destroy(m);
+    return st;
 }
 
 static dt_status setup_data(tr_run *r) {
     const dt_train_cfg *c = r->c;
-    dt_status st = dt_dataset_load(&r->data, c->data, c->model.kind == DT_MODEL_GPT, c->model.block_size, c->val_frac, true);
+    bool lm;
+    int T;
+    dt_status st = tr_model_input(c, &lm, &T);
+    if (!st) st = dt_dataset_load(&r->data, c->data, lm, T, c->val_frac, true);
     if (!st) st = tr_data_fits(c, &r->data);
     if (!st && r->data.n_train < 1) st = dt_errorf(DT_ERR_INVALID, "the training set is empty");
     return st;
@@ -214,7 +237,7 @@ dt_status tr_setup_strategy(tr_run *r) {
     const dt_train_cfg *c = r->c;
     dt_model *m = r->m;
     if (r->P > m->n_blocks)
-        return dt_errorf(DT_ERR_INVALID, "--pp %d: the %s has only %d blocks", r->P, dt_model_kind_name(m->cfg.kind), m->n_blocks);
+        return dt_errorf(DT_ERR_INVALID, "--pp %d: the %s has only %d blocks", r->P, dt_model_name(&m->cfg), m->n_blocks);
     dt_status st = setup_mesh(r);
     if (st) return st;
     int B = c->batch, D = r->D;

@@ -32,7 +32,7 @@ static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float sc
     if (r->pipe) {
         dt_batch sb = {.B = local_n, .x = ld->x, .tokens = ld->tokens, .targets = ld->targets, .loss_scale = scale};
         double tb = dt_now();
-        if ((st = dt_pipe_step(r->pipe, r->dp, &sb, m->cfg.in_dim, loss)) || (st = tp_status(m))) return st;
+        if ((st = dt_pipe_step(r->pipe, r->dp, &sb, m->in_floats, loss)) || (st = tp_status(m))) return st;
         *bwd_s = dt_now() - tb;
         if (r->trace) dt_trace_event(r->trace, "pipeline schedule", DT_TRACE_COMPUTE, tb, tb + *bwd_s, step, -1);
         return DT_OK;
@@ -267,7 +267,7 @@ static void log_start(const tr_run *r) {
     dt_dp_memory(r->dp, &mem);
     mem.optim_bytes += dt_robust_state_bytes(r->rob);
     dt_log(DT_LOG_INFO, "training %s (%zu parameters) on %lld %s, %lld steps of batch %d, %s lr %g",
-           dt_model_kind_name(r->m->cfg.kind), r->m->n, (long long)r->data.n_train, r->data.lm ? "windows" : "images",
+           dt_model_name(&r->m->cfg), r->m->n, (long long)r->data.n_train, r->data.lm ? "windows" : "images",
            (long long)r->total, c->batch, c->optim.kind == DT_OPTIM_SGD ? "sgd" : "adamw", (double)c->lr);
     if (r->n > 1)
         dt_log(DT_LOG_INFO, "data parallel on %d ranks: %d buckets, %s, ZeRO-%d, %zu optimizer bytes per rank", r->n,

@@ -245,6 +245,15 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
     return rc < 0 ? 0 : rc;
 }
 
+/* "tokens" for a model that reads tokens, else "samples". */
+static const char *unit_of(const dt_model_cfg *mc) {
+    dt_model *m = NULL;
+    if (dt_model_probe(mc, &m)) return "samples";
+    const char *u = m->input == DT_INPUT_TOKENS ? "tokens" : "samples";
+    dt_model_destroy(m);
+    return u;
+}
+
 /* The line a finished run prints (rank 0). */
 static void print_summary(const dt_train_cfg *cfg, const dt_train_result *r, int size) {
     char loss[64];
@@ -252,11 +261,11 @@ static void print_summary(const dt_train_cfg *cfg, const dt_train_result *r, int
         snprintf(loss, sizeof loss, "no step left to run (resumed at step %lld)", (long long)r->resumed_from);
     else
         snprintf(loss, sizeof loss, "final train loss %.4f", (double)r->final_loss);
-    if (cfg->model.kind == DT_MODEL_GPT)
-        printf("trained %s: %lld steps, %s, validation loss %.4f, %.0f tokens/s", dt_model_kind_name(cfg->model.kind),
-               (long long)r->steps, loss, (double)r->eval_loss, r->items_per_s);
+    if (r->test_acc < 0)
+        printf("trained %s: %lld steps, %s, validation loss %.4f, %.0f %s/s", dt_model_name(&cfg->model),
+               (long long)r->steps, loss, (double)r->eval_loss, r->items_per_s, unit_of(&cfg->model));
     else
-        printf("trained %s: %lld steps, %s, test accuracy %.2f%%, %.0f samples/s", dt_model_kind_name(cfg->model.kind),
+        printf("trained %s: %lld steps, %s, test accuracy %.2f%%, %.0f samples/s", dt_model_name(&cfg->model),
                (long long)r->steps, loss, 100.0 * r->test_acc, r->items_per_s);
     if (size > 1 && cfg->strategy == DT_STRATEGY_PS) {
         const char *cons = cfg->ps.mode == DT_PS_BSP ? "BSP" : cfg->ps.mode == DT_PS_ASP ? "ASP" : "SSP";
@@ -442,11 +451,11 @@ static int eval_run(cli *cp, bool model_given, int argc, char **argv, dt_config_
     if (c.threads) openblas_set_num_threads(c.threads);
     dt_train_result r;
     if (dt_eval_run(&c.cfg, c.weights, &r)) return run_error();
-    if (c.cfg.model.kind == DT_MODEL_GPT)
-        printf("validation loss %.4f (%s, %s)\n", (double)r.eval_loss, dt_model_kind_name(c.cfg.model.kind), c.weights);
+    if (r.test_acc < 0)
+        printf("validation loss %.4f (%s, %s)\n", (double)r.eval_loss, dt_model_name(&c.cfg.model), c.weights);
     else
         printf("test accuracy %.2f%% (loss %.4f; %s, %s)\n", 100.0 * r.test_acc, (double)r.eval_loss,
-               dt_model_kind_name(c.cfg.model.kind), c.weights);
+               dt_model_name(&c.cfg.model), c.weights);
     return 0;
 }
 
@@ -482,7 +491,7 @@ static int cmd_export(int argc, char **argv) {
         dt_ckpt_load(ck, m, NULL, NULL, NULL) || dt_weights_save(m, out, 0, NULL)) {
         fprintf(stderr, "%s: %s\n", g_cmd, dt_error_msg());
     } else {
-        printf("wrote %s (%s, %zu parameters)\n", out, dt_model_kind_name(mc.kind), m->n);
+        printf("wrote %s (%s, %zu parameters)\n", out, dt_model_name(&mc), m->n);
         rc = 0;
     }
     dt_model_destroy(m);

@@ -1,0 +1,20 @@
+# Writes OUT, a C file holding every DIR/*.json as a string, so the library
+# knows its shipped model descriptions by short name wherever it is installed
+# (dt_model_builtin in src/model/build.c's declaration, blocks.h).
+file(GLOB files ${DIR}/*.json)
+list(SORT files)
+set(body "/* Generated from the models folder by models/embed.cmake: do not edit. */\n#include <stddef.h>\n#include <string.h>\n")
+set(table "")
+set(i 0)
+foreach(f ${files})
+  get_filename_component(name ${f} NAME_WE)
+  file(READ ${f} hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+  string(APPEND body "static const char m${i}[] = {${bytes}0};\n")
+  string(APPEND table "    {\"${name}\", m${i}},\n")
+  math(EXPR i "${i} + 1")
+endforeach()
+string(APPEND body "static const struct { const char *name, *text; } models[] = {\n${table}    {NULL, NULL}};\n")
+string(APPEND body "const char *dt_model_builtin(const char *name);\nconst char *dt_model_builtin(const char *name) {\n    for (int i = 0; name && models[i].name; i++)\n        if (strcmp(models[i].name, name) == 0) return models[i].text;\n    return NULL;\n}\n")
+file(WRITE ${OUT}.tmp "${body}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

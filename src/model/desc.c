@@ -1,0 +1,571 @@
+/* A model from its description (docs/MODELS.md): JSON (jansson) with
+ *   "vars"   {name: number | [numbers] | string}  sizes the flags may override,
+ *   "input"  {"features": D} | {"image": [C, H, W]} | {"tokens": T, "vocab": V},
+ *   "loss"   "cross_entropy" | "mse",
+ *   "layers" [layer...]  each top-level entry one block (a `repeat` one per copy).
+ * A layer is {"type": ..., "name": ..., attributes}; containers `sequential`,
+ * `residual` and `repeat` hold "layers". Names join their container's with '.',
+ * as PyTorch's state_dict keys do. Every error is one line naming the layer by
+ * its place (0-based indices through the containers), name and type. Cost: one
+ * pass over the description; shapes are checked as layers chain. */
+#include "layer.h"
+
+#include "expr.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+struct dt_lsetup {
+    dt_builder *bd;
+    dt_vars *vars;
+    const json_t *obj;
+    const char *what;        /* the description's file or name */
+    char where[64];          /* "3.1.0" */
+    char name[64];           /* the layer's full name ("" when unnamed) */
+    const char *type;
+    char read[32][24];       /* attributes read (others are typos) */
+    int n_read;
+    dt_status st;
+};
+
+static void mark(dt_lsetup *s, const char *key) {
+    if (s->n_read < 32) snprintf(s->read[s->n_read++], sizeof s->read[0], "%.23s", key);
+}
+
+dt_status dt_ls_fail(dt_lsetup *s, const char *fmt, ...) {
+    if (s->st) return s->st;
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    s->st = dt_errorf(DT_ERR_INVALID, "%s: layer %s%s%s%s (%s): %s", s->what, s->where, s->name[0] ? " '" : "",
+                      s->name, s->name[0] ? "'" : "", s->type, msg);
+    return s->st;
+}
+
+dt_status dt_ls_status(const dt_lsetup *s) { return s->st; }
+int dt_ls_tp_size(const dt_lsetup *s) { return s->bd->m->cfg.tp_size > 1 ? s->bd->m->cfg.tp_size : 1; }
+int dt_ls_tp_rank(const dt_lsetup *s) { return s->bd->m->cfg.tp_size > 1 ? s->bd->m->cfg.tp_rank : 0; }
+void dt_ls_flops(dt_lsetup *s, int64_t flops) { s->bd->m->flops_per_sample += flops; }
+
+/* A JSON value as an expression's value: numbers as they are, strings evaluated. */
+static dt_status json_value(dt_lsetup *s, const char *key, const json_t *j, dt_value *v) {
+    if (json_is_integer(j)) *v = (dt_value){.t = DT_V_INT, .i = json_integer_value(j)};
+    else if (json_is_real(j)) *v = (dt_value){.t = DT_V_FLOAT, .f = (float)json_real_value(j)};
+    else if (json_is_boolean(j)) *v = (dt_value){.t = DT_V_INT, .i = json_is_true(j)};
+    else if (json_is_string(j)) {
+        if (dt_expr_eval(json_string_value(j), s->vars, v))
+            return dt_ls_fail(s, "'%s': %s", key, dt_error_msg());
+    } else return dt_ls_fail(s, "'%s' must be a number or an expression", key);
+    return DT_OK;
+}
+
+dt_status dt_ls_int(dt_lsetup *s, const char *key, int64_t def, int64_t lo, int64_t hi, int64_t *out) {
+    mark(s, key);
+    const json_t *j = json_object_get(s->obj, key);
+    if (!j) {
+        if (def == DT_LS_REQUIRED) return dt_ls_fail(s, "needs '%s'", key);
+        *out = def;
+        return DT_OK;
+    }
+    dt_value v;
+    if (json_value(s, key, j, &v)) return s->st;
+    if (v.t != DT_V_INT) return dt_ls_fail(s, "'%s' must be an integer", key);
+    if (v.i < lo || v.i > hi)
+        return dt_ls_fail(s, "'%s' is %lld, out of range [%lld, %lld]", key, (long long)v.i, (long long)lo, (long long)hi);
+    *out = v.i;
+    return DT_OK;
+}
+
+dt_status dt_ls_float(dt_lsetup *s, const char *key, float def, float *out) {
+    mark(s, key);
+    const json_t *j = json_object_get(s->obj, key);
+    if (!j) {
+        *out = def;
+        return DT_OK;
+    }
+    dt_value v;
+    if (json_value(s, key, j, &v)) return s->st;
+    if (v.t != DT_V_INT && v.t != DT_V_FLOAT) return dt_ls_fail(s, "'%s' must be a number", key);
+    *out = v.t == DT_V_INT ? (float)v.i : v.f;
+    return DT_OK;
+}
+
+dt_status dt_ls_bool(dt_lsetup *s, const char *key, bool def, bool *out) {
+    mark(s, key);
+    const json_t *j = json_object_get(s->obj, key);
+    if (!j) *out = def;
+    else if (json_is_boolean(j)) *out = json_is_true(j);
+    else return dt_ls_fail(s, "'%s' must be true or false", key);
+    return DT_OK;
+}
+
+/* A string attribute with {expr} templates expanded; false when absent. */
+static bool get_text(dt_lsetup *s, const char *key, char *out, size_t cap) {
+    mark(s, key);
+    const json_t *j = json_object_get(s->obj, key);
+    if (!j) return false;
+    if (!json_is_string(j)) {
+        dt_ls_fail(s, "'%s' must be a string", key);
+        return false;
+    }
+    if (dt_expr_template(json_string_value(j), s->vars, out, cap)) {
+        dt_ls_fail(s, "'%s': %s", key, dt_error_msg());
+        return false;
+    }
+    return true;
+}
+
+dt_status dt_ls_word(dt_lsetup *s, const char *key, const char *const *choices, int def, int *out) {
+    char w[64];
+    *out = def;
+    if (!get_text(s, key, w, sizeof w)) return s->st;
+    char list[160] = "";
+    for (int i = 0; choices[i]; i++) {
+        if (strcmp(w, choices[i]) == 0) {
+            *out = i;
+            return DT_OK;
+        }
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", choices[i]);
+    }
+    return dt_ls_fail(s, "'%s' is '%s'; choose %s", key, w, list);
+}
+
+/* "init": {"normal": STD} | {"uniform": BOUND} | {"const": V} overrides a default. */
+static void read_init(dt_lsetup *s, const char *key, int *init, float *scale) {
+    mark(s, key);
+    const json_t *j = json_object_get(s->obj, key);
+    if (!j) return;
+    static const char *kinds[] = {"uniform", "normal", "const"};
+    const char *k;
+    const json_t *v;
+    if (!json_is_object(j) || json_object_size(j) != 1)
+        goto bad;
+    json_object_foreach((json_t *)j, k, v) {
+        for (int i = 0; i < 3; i++) {
+            if (strcmp(k, kinds[i]) != 0) continue;
+            dt_value x;
+            if (json_value(s, key, v, &x)) return;
+            if (x.t != DT_V_INT && x.t != DT_V_FLOAT) goto bad;
+            *init = i;
+            *scale = x.t == DT_V_INT ? (float)x.i : x.f;
+            return;
+        }
+    }
+bad:
+    dt_ls_fail(s, "'%s' must be {\"normal\": STD}, {\"uniform\": BOUND} or {\"const\": VALUE}", key);
+}
+
+size_t dt_ls_param(dt_lsetup *s, const char *suffix, int ndim, const int64_t *shape, int init, float scale,
+                   bool tieable, int split, int nparts, const int64_t *pstart, const int64_t *plen) {
+    if (s->st) return 0;
+    if (!s->name[0]) {
+        dt_ls_fail(s, "has tensors, so it needs a \"name\" (its PyTorch attribute path)");
+        return 0;
+    }
+    char key[48], pname[160];
+    snprintf(key, sizeof key, "%s_init", suffix);
+    if (strcmp(suffix, "weight") == 0) snprintf(key, sizeof key, "init");
+    read_init(s, key, &init, &scale);
+    const dt_model *m = s->bd->m;
+    if (m->n_blocks > 0 && m->blocks[m->n_blocks - 1].n_tensors >= DT_BLOCK_MAX_TENSORS) {
+        dt_ls_fail(s, "its block would use more than %d tensors: split it into more top-level layers",
+                   DT_BLOCK_MAX_TENSORS);
+        return 0;
+    }
+    char tie[128];
+    if (tieable && get_text(s, "tie", tie, sizeof tie)) {
+        const dt_param *p = dt_model_find(s->bd->m, tie);
+        if (!p) {
+            dt_ls_fail(s, "ties its %s to '%s', which no earlier layer has", suffix, tie);
+            return 0;
+        }
+        bool same = p->ndim == ndim && p->split == DT_SPLIT_NONE && split == DT_SPLIT_NONE;
+        for (int i = 0; same && i < ndim; i++) same = p->shape[i] == shape[i];
+        if (!same) {
+            dt_ls_fail(s, "ties its %s to '%s' of another shape (or split across the tp group)", suffix, tie);
+            return 0;
+        }
+        dt_builder_use(s->bd, p->offset);
+        return p->offset;
+    }
+    if (s->st) return 0;
+    int w = snprintf(pname, sizeof pname, "%s.%s", s->name, suffix);
+    if (w >= (int)sizeof(((dt_param *)0)->name)) {
+        dt_ls_fail(s, "tensor name '%s' is longer than 63 characters", pname);
+        return 0;
+    }
+    if (dt_model_find(s->bd->m, pname)) {
+        dt_ls_fail(s, "tensor '%s' is declared twice: names must be unique", pname);
+        return 0;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 1) {
+            dt_ls_fail(s, "tensor '%s' would have an empty dimension", pname);
+            return 0;
+        }
+    if (split != DT_SPLIT_NONE)
+        return dt_builder_param_tp(s->bd, pname, ndim, shape, init, scale, split, nparts, pstart, plen);
+    return dt_builder_param(s->bd, pname, ndim, shape, init, scale);
+}
+
+/* ---- walking the description --------------------------------------------------- */
+
+typedef struct walk {
+    dt_builder *bd;
+    dt_vars vars;
+    const char *what;
+    int n_cap;
+    int n_leaves;
+} walk;
+
+static int new_layer(walk *w, dt_status *st) {
+    dt_model *m = w->bd->m;
+    if (m->n_layers == w->n_cap) {
+        int cap = w->n_cap ? 2 * w->n_cap : 32;
+        dt_layer *nl = dt_realloc_array(m->layers, (size_t)cap, sizeof *nl);
+        if (!nl) {
+            *st = dt_errorf(DT_ERR_NOMEM, "out of memory building the model");
+            return -1;
+        }
+        m->layers = nl;
+        w->n_cap = cap;
+    }
+    dt_layer *l = &m->layers[m->n_layers];
+    memset(l, 0, sizeof *l);
+    l->first = l->next = -1;
+    l->index = m->n_layers;
+    return m->n_layers++;
+}
+
+static size_t numel(const dt_shape *sh) {
+    size_t n = 1;
+    for (int i = 0; i < sh->nd; i++) n *= (size_t)sh->d[i];
+    return n;
+}
+
+static dt_status layer(walk *w, const json_t *j, const char *where, const char *prefix, dt_shape *sh, int *out,
+                       bool top);
+
+/* The children of a container (list "layers"), chained as siblings. */
+static dt_status children(walk *w, const json_t *list, const char *where, const char *prefix, dt_shape *sh,
+                          int parent) {
+    dt_layer *L = w->bd->m->layers;
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return dt_errorf(DT_ERR_INVALID, "%s: layer %s: \"layers\" must be a non-empty list", w->what, where);
+    int prev = -1;
+    size_t i;
+    const json_t *c;
+    json_array_foreach((json_t *)list, i, c) {
+        char wh[64];
+        snprintf(wh, sizeof wh, "%s%s%zu", where, where[0] ? "." : "", i);
+        int k;
+        dt_status st = layer(w, c, wh, prefix, sh, &k, false);
+        if (st) return st;
+        L = w->bd->m->layers;
+        if (k < 0) continue; /* a repeat of nothing */
+        if (prev < 0) L[parent].first = k;
+        else L[prev].next = k;
+        while (L[k].next >= 0) k = L[k].next; /* a repeat returns a chain */
+        prev = k;
+    }
+    return DT_OK;
+}
+
+static void join(char *out, size_t cap, const char *prefix, const char *name) {
+    snprintf(out, cap, "%s%s%s", prefix, prefix[0] && name[0] ? "." : "", name);
+}
+
+static size_t numel_of(const dt_shape *sh) { return sh->tokens ? 0 : numel(sh); }
+
+/* A repeat's copies, chained; copy i sees variable `i`, names PREFIX.NAME.i.
+ * At the top level each copy is a block of its own. */
+static dt_status repeat(walk *w, dt_lsetup *s, const char *where, const char *prefix, dt_shape *sh, int *out,
+                        bool top) {
+    int64_t n;
+    bool optional = false;
+    char name[64] = "";
+    dt_ls_int(s, "count", DT_LS_REQUIRED, 0, 4096, &n);
+    dt_ls_bool(s, "optional", false, &optional);
+    get_text(s, "name", name, sizeof name);
+    mark(s, "layers");
+    mark(s, "type");
+    if (s->st) return s->st;
+    if (n == 0 && !optional) return dt_ls_fail(s, "'count' is 0 (say \"optional\": true to allow none)");
+    *out = -1;
+    int prev = -1;
+    for (int64_t i = 0; i < n; i++) {
+        dt_value v = {.t = DT_V_INT, .i = i};
+        dt_vars saved = w->vars;
+        dt_vars_set(&w->vars, "i", &v);
+        char base[64], pre[96], idx[24];
+        snprintf(idx, sizeof idx, "%lld", (long long)i);
+        join(base, sizeof base, prefix, name);
+        snprintf(pre, sizeof pre, "%s", base);
+        if (name[0]) join(pre, sizeof pre, base, idx);
+        size_t in_dim = numel_of(sh);
+        if (top && !dt_builder_block(w->bd, &dt_block_layers_ops, "", in_dim, 0)) return w->bd->st;
+        int seq = new_layer(w, &s->st);
+        if (seq < 0) return s->st;
+        w->bd->m->layers[seq].container = DT_LAYER_SEQ;
+        w->bd->m->layers[seq].in_dim = in_dim;
+        char wh[64];
+        snprintf(wh, sizeof wh, "%s[%lld]", where, (long long)i);
+        dt_status st = children(w, json_object_get(s->obj, "layers"), wh, pre, sh, seq);
+        w->vars = saved;
+        if (st) return st;
+        dt_layer *L = w->bd->m->layers;
+        L[seq].out_dim = numel(sh);
+        if (top) {
+            dt_block *b = &w->bd->m->blocks[w->bd->m->n_blocks - 1];
+            b->root = seq;
+            b->out_dim = L[seq].out_dim;
+            snprintf(b->name, sizeof b->name, "%.47s", pre[0] ? pre : s->type);
+        }
+        if (prev < 0) *out = seq;
+        else L[prev].next = seq;
+        prev = seq;
+    }
+    return DT_OK;
+}
+
+static dt_status check_keys(dt_lsetup *s) {
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)s->obj, k, v) {
+        bool known = false;
+        for (int i = 0; i < s->n_read && !known; i++) known = strcmp(s->read[i], k) == 0;
+        if (!known) return dt_ls_fail(s, "unknown attribute '%s'", k);
+    }
+    return DT_OK;
+}
+
+static dt_status layer(walk *w, const json_t *j, const char *where, const char *prefix, dt_shape *sh, int *out,
+                       bool top) {
+    dt_lsetup s = {.bd = w->bd, .vars = &w->vars, .obj = j, .what = w->what, .type = "?"};
+    snprintf(s.where, sizeof s.where, "%s", where);
+    *out = -1;
+    if (!json_is_object(j)) return dt_ls_fail(&s, "must be an object with a \"type\"");
+    const json_t *t = json_object_get(j, "type");
+    if (!json_is_string(t)) return dt_ls_fail(&s, "needs a \"type\"");
+    s.type = json_string_value(t);
+    mark(&s, "type");
+    char nm[64] = "";
+    if (strcmp(s.type, "repeat") == 0) {
+        dt_status st = repeat(w, &s, where, prefix, sh, out, top);
+        return st ? st : check_keys(&s);
+    }
+    if (get_text(&s, "name", nm, sizeof nm)) join(s.name, sizeof s.name, prefix, nm);
+    if (s.st) return s.st;
+    if (strcmp(s.type, "sequential") == 0 || strcmp(s.type, "residual") == 0) {
+        bool res = s.type[0] == 'r';
+        mark(&s, "layers");
+        if (check_keys(&s)) return s.st;
+        int k = new_layer(w, &s.st);
+        if (k < 0) return s.st;
+        w->bd->m->layers[k].container = res ? DT_LAYER_RESIDUAL : DT_LAYER_SEQ;
+        dt_shape in = *sh;
+        dt_status st = children(w, json_object_get(j, "layers"), where, s.name[0] ? s.name : prefix, sh, k);
+        if (st) return st;
+        dt_layer *l = &w->bd->m->layers[k];
+        l->in_dim = numel(&in);
+        l->out_dim = numel(sh);
+        if (res && (in.nd != sh->nd || memcmp(in.d, sh->d, sizeof in.d) || in.split != sh->split || in.tokens))
+            return dt_ls_fail(&s, "its layers change the shape (%zu floats in, %zu out): a residual must keep it",
+                              l->in_dim, l->out_dim);
+        *out = k;
+        return DT_OK;
+    }
+    const dt_layer_type *ty = dt_layer_find(s.type);
+    if (!ty) {
+        char names[400];
+        dt_layer_names(names, sizeof names);
+        return dt_ls_fail(&s, "unknown type; known: %s, sequential, residual, repeat", names);
+    }
+    int k = new_layer(w, &s.st);
+    if (k < 0) return s.st;
+    dt_layer *l = &w->bd->m->layers[k];
+    l->ops = ty->ops;
+    l->reads_batch = w->n_leaves++ == 0; /* the model's first leaf: no input gradient */
+    l->in_dim = sh->tokens ? 0 : numel(sh);
+    l->rows = 1;
+    for (int i = 0; i + 1 < sh->nd; i++) l->rows *= sh->d[i];
+    dt_shape o = *sh;
+    dt_status st = ty->setup(l, &s, sh, &o);
+    if (!st) st = s.st ? s.st : check_keys(&s);
+    if (st) return st;
+    l = &w->bd->m->layers[k];
+    *sh = o;
+    l->out_dim = numel(sh);
+    *out = k;
+    return DT_OK;
+}
+
+/* ---- the whole description ------------------------------------------------------- */
+
+static dt_status read_vars(walk *w, const json_t *vars, const dt_vars *over) {
+    const char *k;
+    const json_t *v;
+    json_object_foreach((json_t *)vars, k, v) {
+        dt_value x = {0};
+        if (json_is_integer(v)) x = (dt_value){.t = DT_V_INT, .i = json_integer_value(v)};
+        else if (json_is_real(v)) x = (dt_value){.t = DT_V_FLOAT, .f = (float)json_real_value(v)};
+        else if (json_is_string(v)) {
+            x.t = DT_V_STR;
+            snprintf(x.s, sizeof x.s, "%s", json_string_value(v));
+        } else if (json_is_array(v) && json_array_size(v) <= DT_EXPR_MAX_LIST) {
+            x.t = DT_V_LIST;
+            size_t i;
+            const json_t *e;
+            json_array_foreach((json_t *)v, i, e) {
+                if (!json_is_integer(e)) return dt_errorf(DT_ERR_INVALID, "%s: vars.%s: a list holds integers only", w->what, k);
+                x.list[x.n++] = json_integer_value(e);
+            }
+        } else return dt_errorf(DT_ERR_INVALID, "%s: vars.%s must be a number, a string or a list of integers", w->what, k);
+        if (!dt_vars_set(&w->vars, k, &x)) return dt_errorf(DT_ERR_INVALID, "%s: too many vars", w->what);
+    }
+    for (int i = 0; over && i < over->n; i++) {
+        if (!dt_vars_get(&w->vars, over->name[i]))
+            return dt_errorf(DT_ERR_INVALID, "%s has no variable '%s' to set", w->what, over->name[i]);
+        dt_vars_set(&w->vars, over->name[i], &over->v[i]);
+    }
+    return DT_OK;
+}
+
+static dt_status read_input(walk *w, const json_t *in, dt_shape *sh) {
+    dt_lsetup s = {.bd = w->bd, .vars = &w->vars, .obj = in, .what = w->what, .type = "input"};
+    snprintf(s.where, sizeof s.where, "input");
+    dt_model *m = w->bd->m;
+    memset(sh, 0, sizeof *sh);
+    if (!json_is_object(in)) return dt_errorf(DT_ERR_INVALID, "%s: needs an \"input\" object", w->what);
+    int64_t v;
+    if (json_object_get(in, "tokens")) {
+        int64_t V;
+        if (dt_ls_int(&s, "tokens", DT_LS_REQUIRED, 1, 1 << 20, &v) || dt_ls_int(&s, "vocab", DT_LS_REQUIRED, 2, 1 << 24, &V))
+            return s.st;
+        *sh = (dt_shape){.nd = 1, .d = {v}, .tokens = true};
+        m->input = DT_INPUT_TOKENS;
+        m->seq_len = (int)v;
+        m->vocab = (int)V;
+    } else if (json_object_get(in, "features")) {
+        if (dt_ls_int(&s, "features", DT_LS_REQUIRED, 1, 1 << 26, &v)) return s.st;
+        *sh = (dt_shape){.nd = 1, .d = {v}};
+        m->input = DT_INPUT_FEATURES;
+    } else if (json_object_get(in, "image")) {
+        mark(&s, "image");
+        const json_t *a = json_object_get(in, "image");
+        if (!json_is_array(a) || json_array_size(a) != 3)
+            return dt_ls_fail(&s, "'image' must be [channels, height, width]");
+        sh->nd = 3;
+        for (int i = 0; i < 3; i++) {
+            dt_value x;
+            if (json_value(&s, "image", json_array_get(a, (size_t)i), &x)) return s.st;
+            if (x.t != DT_V_INT || x.i < 1 || x.i > 1 << 16) return dt_ls_fail(&s, "'image' sizes must be integers in [1, 65536]");
+            sh->d[i] = x.i;
+        }
+        m->input = DT_INPUT_FEATURES;
+    } else return dt_ls_fail(&s, "must be {\"features\": D}, {\"image\": [C, H, W]} or {\"tokens\": T, \"vocab\": V}");
+    if (s.st || check_keys(&s)) return s.st;
+    m->in_floats = sh->tokens ? 0 : (int)numel(sh);
+    return DT_OK;
+}
+
+/* The loss block: cross-entropy over the last dimension (one term per row:
+ * per sample, or per token), or mean squared error against float targets. */
+static dt_status add_loss(walk *w, const json_t *j, const dt_shape *sh) {
+    dt_model *m = w->bd->m;
+    const char *loss = json_is_string(j) ? json_string_value(j) : NULL;
+    if (sh->split) return dt_errorf(DT_ERR_INVALID, "%s: the last layer's output is split across the tp group; end with a row-parallel linear", w->what);
+    if (sh->tokens) return dt_errorf(DT_ERR_INVALID, "%s: the model has no layers that turn tokens into floats", w->what);
+    int64_t rows = 1;
+    for (int i = 0; i + 1 < sh->nd; i++) rows *= sh->d[i];
+    int V = (int)sh->d[sh->nd - 1];
+    if (loss && strcmp(loss, "cross_entropy") == 0) {
+        if (V < 2) return dt_errorf(DT_ERR_INVALID, "%s: cross_entropy needs at least 2 classes, the last layer gives %d", w->what, V);
+        m->loss_kind = DT_LOSS_XENT;
+        m->loss_terms = (int)rows;
+        m->n_classes = V;
+        dt_add_xent(w->bd, V, (int)rows);
+    } else if (loss && strcmp(loss, "mse") == 0) {
+        m->loss_kind = DT_LOSS_MSE;
+        m->loss_terms = 1;
+        m->y_dim = (int)numel(sh);
+        dt_add_mse(w->bd, m->y_dim);
+    } else return dt_errorf(DT_ERR_INVALID, "%s: \"loss\" must be \"cross_entropy\" or \"mse\"", w->what);
+    if (m->input == DT_INPUT_TOKENS && m->loss_kind == DT_LOSS_XENT && rows != m->seq_len)
+        return dt_errorf(DT_ERR_INVALID, "%s: a token model's cross_entropy needs one row per position (%d), got %lld",
+                         w->what, m->seq_len, (long long)rows);
+    return w->bd->st;
+}
+
+/* One block per top-level layer (per copy of a top-level repeat), created
+ * before its layers so their tensors belong to it. */
+static dt_status blocks(walk *w, const json_t *list, dt_shape *sh) {
+    if (!json_is_array(list) || json_array_size(list) == 0)
+        return dt_errorf(DT_ERR_INVALID, "%s: needs a non-empty \"layers\" list", w->what);
+    dt_model *m = w->bd->m;
+    size_t i;
+    const json_t *c;
+    json_array_foreach((json_t *)list, i, c) {
+        char wh[24];
+        snprintf(wh, sizeof wh, "%zu", i);
+        const json_t *t = json_is_object(c) ? json_object_get(c, "type") : NULL;
+        bool rep = json_is_string(t) && strcmp(json_string_value(t), "repeat") == 0;
+        int k;
+        if (rep) {
+            dt_status st = layer(w, c, wh, "", sh, &k, true);
+            if (st) return st;
+            continue;
+        }
+        if (!dt_builder_block(w->bd, &dt_block_layers_ops, "", numel_of(sh), 0)) return w->bd->st;
+        int bi = m->n_blocks - 1;
+        dt_status st = layer(w, c, wh, "", sh, &k, true);
+        if (st) return st;
+        dt_layer *l = &m->layers[k];
+        m->blocks[bi].root = k;
+        m->blocks[bi].out_dim = l->out_dim;
+        const json_t *nm = json_object_get(c, "name");
+        snprintf(m->blocks[bi].name, sizeof m->blocks[bi].name, "%s", json_is_string(nm) ? json_string_value(nm) : json_string_value(t));
+    }
+    if (m->n_blocks == 0) return dt_errorf(DT_ERR_INVALID, "%s: the description has no layers", w->what);
+    return DT_OK;
+}
+
+dt_status dt_desc_build(dt_builder *bd, const char *text, const char *what, const dt_vars *over) {
+    json_error_t err;
+    json_t *root = json_loads(text, 0, &err);
+    if (!root) return dt_errorf(DT_ERR_FORMAT, "%s: not valid JSON at line %d: %s", what, err.line, err.text);
+    walk w = {.bd = bd, .what = what};
+    dt_status st = DT_OK;
+    dt_shape sh;
+    const char *k;
+    const json_t *v;
+    if (!json_is_object(root)) {
+        st = dt_errorf(DT_ERR_FORMAT, "%s: a model description is a JSON object", what);
+        goto done;
+    }
+    json_object_foreach(root, k, v) {
+        if (strcmp(k, "name") && strcmp(k, "vars") && strcmp(k, "input") && strcmp(k, "loss") && strcmp(k, "layers") &&
+            strcmp(k, "comment")) {
+            st = dt_errorf(DT_ERR_INVALID, "%s: unknown key '%s' (a description has name, vars, input, loss, layers)", what, k);
+            goto done;
+        }
+    }
+    const json_t *vars = json_object_get(root, "vars");
+    if (vars && !json_is_object(vars)) {
+        st = dt_errorf(DT_ERR_INVALID, "%s: \"vars\" must be an object", what);
+        goto done;
+    }
+    if ((st = read_vars(&w, vars, over))) goto done;
+    if ((st = read_input(&w, json_object_get(root, "input"), &sh))) goto done;
+    if ((st = blocks(&w, json_object_get(root, "layers"), &sh))) goto done;
+    if ((st = add_loss(&w, json_object_get(root, "loss"), &sh))) goto done;
+    for (int b = 0; b < bd->m->n_blocks; b++) bd->m->blocks[b].layers = bd->m->layers;
+done:
+    json_decref(root);
+    if (!st && bd->st) st = bd->st;
+    return st;
+}

@@ -1,0 +1,110 @@
+/* Private: the layers a model description is compiled into.
+ *
+ * A block (the unit of pipeline partitions and activation memory) runs a tree
+ * of layers: leaves are kernels with parameters (layers_*.c), containers are
+ * `sequential` (each child feeds the next) and `residual` (out = in + seq(in)).
+ * The tree lives in the model's layer array; a block names its root. seq.c runs
+ * the tree forward and backward; desc.c builds it from a description. */
+#ifndef DT_MODEL_LAYER_H
+#define DT_MODEL_LAYER_H
+
+#include "blocks.h"
+
+/* Per-sample shape of an activation. Row-wise layers (linear, norms) act on the
+ * last dimension over all leading ones. */
+typedef struct dt_shape {
+    int nd;
+    int64_t d[4];
+    bool tokens;   /* integer token ids (the model's input), not floats */
+    bool split;    /* the last dimension is this rank's tensor-parallel shard */
+} dt_shape;
+
+typedef struct dt_layer dt_layer;
+
+/* What a leaf's kernels see besides their buffers. */
+typedef struct dt_lctx {
+    const dt_block *b;       /* the block (its tp group) */
+    const float *P;          /* parameter arena */
+    float *G;                /* gradient arena (backward) */
+    const dt_batch *batch;
+} dt_lctx;
+
+typedef struct dt_layer_ops {
+    const char *type;
+    bool uses_out;           /* backward reads the layer's output */
+    /* floats this layer keeps from forward to backward besides its output, and
+     * the temporary floats forward or backward needs, for B samples */
+    size_t (*saved)(const dt_layer *l, int B);
+    size_t (*scratch)(const dt_layer *l, int B);
+    void (*forward)(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
+                    float *scratch);
+    /* Adds parameter gradients and, unless din is NULL, the input gradient. */
+    void (*backward)(const dt_layer *l, const dt_lctx *c, const float *in, const float *out,
+                     const float *dout, float *din, const float *saved, float *scratch);
+} dt_layer_ops;
+
+enum { DT_LAYER_LEAF, DT_LAYER_SEQ, DT_LAYER_RESIDUAL };
+
+struct dt_layer {
+    const dt_layer_ops *ops;  /* leaves */
+    int container;            /* DT_LAYER_* */
+    int first, next;          /* containers: first child; every layer: next sibling (-1: none) */
+    size_t in_dim, out_dim;   /* floats per sample, this rank's */
+    int64_t rows;             /* rows per sample a row-wise layer sees (product of leading dims) */
+    int d[8];                 /* the type's sizes */
+    float f[2];               /* the type's real settings (eps, rate) */
+    size_t off[4];            /* arena offsets of its tensors */
+    int tp;                   /* DT_TP_NONE | COLUMN | ROW */
+    bool reads_batch;         /* the first layer of the model: input is the batch */
+    int index;                /* position in the model's layer array */
+};
+
+/* ---- building a leaf from its description (desc.c) ---------------------------
+ * A leaf type's setup reads its attributes through these calls, declares its
+ * tensors and says its output shape; any failure is one line naming the layer
+ * (its place in the description, its name and type). */
+typedef struct dt_lsetup dt_lsetup;
+#define DT_LS_REQUIRED INT64_MIN
+/* An integer attribute (a number or an expression) in [lo, hi]; def when absent
+ * (DT_LS_REQUIRED: it must be given). */
+dt_status dt_ls_int(dt_lsetup *s, const char *key, int64_t def, int64_t lo, int64_t hi, int64_t *out);
+dt_status dt_ls_float(dt_lsetup *s, const char *key, float def, float *out);
+dt_status dt_ls_bool(dt_lsetup *s, const char *key, bool def, bool *out);
+/* A word attribute, one of `choices` (a NULL-terminated list); its index. */
+dt_status dt_ls_word(dt_lsetup *s, const char *key, const char *const *choices, int def, int *out);
+/* Declares tensor NAME.suffix of the given logical shape; init/scale are the
+ * layer type's default (PyTorch's), which the description's "init" (weight) or
+ * "SUFFIX_init" overrides. A weight may be tied ("tie": another tensor's name)
+ * when tieable. Tensor parallelism: split (DT_SPLIT_*) with nparts ranges of
+ * this rank (pstart, plen), or DT_SPLIT_NONE. Returns the arena offset. */
+size_t dt_ls_param(dt_lsetup *s, const char *suffix, int ndim, const int64_t *shape, int init, float scale,
+                   bool tieable, int split, int nparts, const int64_t *pstart, const int64_t *plen);
+dt_status dt_ls_fail(dt_lsetup *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int dt_ls_tp_size(const dt_lsetup *s);
+int dt_ls_tp_rank(const dt_lsetup *s);
+/* Adds FLOPs per sample of one training step (forward and backward). */
+void dt_ls_flops(dt_lsetup *s, int64_t flops);
+dt_status dt_ls_status(const dt_lsetup *s);
+
+/* A leaf type: its ops, and setup, which reads the attributes, fills l->d/f,
+ * declares tensors and writes the output shape (input shape `in`). */
+typedef struct dt_layer_type {
+    const char *name;
+    const dt_layer_ops *ops;
+    dt_status (*setup)(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_shape *out);
+} dt_layer_type;
+
+extern const dt_layer_type dt_layer_linear, dt_layer_layernorm, dt_layer_embedding, dt_layer_pos_embedding,
+    dt_layer_attention, dt_layer_flatten, dt_layer_conv2d, dt_layer_maxpool2d, dt_layer_relu, dt_layer_gelu,
+    dt_layer_silu, dt_layer_tanh, dt_layer_rmsnorm, dt_layer_avgpool2d, dt_layer_global_avgpool, dt_layer_swiglu;
+
+/* Finds a leaf type by name (NULL: unknown); lists the known names into buf. */
+const dt_layer_type *dt_layer_find(const char *type);
+void dt_layer_names(char *buf, size_t n);
+
+/* seq.c: the block whose layers are the tree rooted at root. */
+extern const dt_block_ops dt_block_layers_ops;
+size_t dt_layer_saved_floats(const dt_layer *L, int i, int B);
+size_t dt_layer_scratch_floats(const dt_layer *L, int i, int B);
+
+#endif

@@ -1,0 +1,143 @@
+/* Leaf layers on images (C, H, W) and elementwise ones: conv2d (ReLU fused
+ * when asked, as the CNN ran before descriptions), max-pool 2x2, ReLU, GELU.
+ * FLOPs per sample of a training step: conv 2*IC*K*K*OC*OH*OW for each of
+ * forward, weight gradient and input gradient (none for the first layer). */
+#include "layer.h"
+
+#include "dtrain/nn.h"
+
+#include <math.h>
+#include <string.h>
+
+static size_t none(const dt_layer *l, int B) { return 0; }
+
+/* ---- conv2d: d = {IC, H, W, OC, K, stride, pad, bias}; off = {weight, bias} -------- */
+
+static dt_conv2d_dims cdims(const dt_layer *l, int B) {
+    dt_conv2d_dims d = {B, l->d[0], l->d[1], l->d[2], l->d[3], l->d[4], l->d[4], l->d[5], l->d[6]};
+    return d;
+}
+
+static size_t conv_scratch(const dt_layer *l, int B) {
+    dt_conv2d_dims d = cdims(l, B);
+    return dt_conv2d_scratch_floats(&d) + (l->ops->uses_out ? (size_t)B * l->out_dim : 0);
+}
+
+static void conv_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
+                         float *scratch) {
+    dt_conv2d_dims d = cdims(l, c->batch->B);
+    dt_conv2d_forward(out, scratch, in, c->P + l->off[0], l->d[7] ? c->P + l->off[1] : NULL, &d);
+    if (l->ops->uses_out) dt_relu_forward(out, out, (size_t)c->batch->B * l->out_dim);
+}
+
+static void conv_backward(const dt_layer *l, const dt_lctx *c, const float *in, const float *out,
+                          const float *dout, float *din, const float *saved, float *scratch) {
+    dt_conv2d_dims d = cdims(l, c->batch->B);
+    const float *dpre = dout;
+    float *cscratch = scratch;
+    if (l->ops->uses_out) {
+        size_t n = (size_t)c->batch->B * l->out_dim;
+        memset(scratch, 0, n * sizeof(float));
+        dt_relu_backward(scratch, dout, out, n);
+        dpre = scratch;
+        cscratch = scratch + n;
+    }
+    dt_conv2d_backward(din, c->G + l->off[0], l->d[7] ? c->G + l->off[1] : NULL, cscratch, dpre, in,
+                       c->P + l->off[0], &d);
+}
+
+static const dt_layer_ops conv_ops = {"conv2d", false, none, conv_scratch, conv_forward, conv_backward};
+static const dt_layer_ops conv_relu_ops = {"conv2d", true, none, conv_scratch, conv_forward, conv_backward};
+
+static dt_status conv_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_shape *out) {
+    static const char *acts[] = {"none", "relu", NULL};
+    int64_t OC, K, stride, pad;
+    bool bias;
+    int act;
+    dt_ls_int(s, "out", DT_LS_REQUIRED, 1, 1 << 16, &OC);
+    dt_ls_int(s, "kernel", DT_LS_REQUIRED, 1, 64, &K);
+    dt_ls_int(s, "stride", 1, 1, 64, &stride);
+    dt_ls_int(s, "pad", 0, 0, 64, &pad);
+    dt_ls_bool(s, "bias", true, &bias);
+    dt_ls_word(s, "activation", acts, 0, &act);
+    if (dt_ls_status(s)) return dt_ls_status(s);
+    if (in->tokens || in->split || in->nd != 3)
+        return dt_ls_fail(s, "needs a (channels, height, width) input, got %d dimension(s)", in->nd);
+    int64_t IC = in->d[0], H = in->d[1], W = in->d[2];
+    int64_t OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+    if (H + 2 * pad < K || W + 2 * pad < K)
+        return dt_ls_fail(s, "kernel %lld is larger than its padded %lldx%lld input", (long long)K, (long long)H, (long long)W);
+    int v[8] = {(int)IC, (int)H, (int)W, (int)OC, (int)K, (int)stride, (int)pad, bias};
+    memcpy(l->d, v, sizeof v);
+    l->ops = act ? &conv_relu_ops : &conv_ops;
+    float bound = 1.0f / sqrtf((float)(IC * K * K)); /* PyTorch's nn.Conv2d default */
+    int64_t ws[4] = {OC, IC, K, K};
+    l->off[0] = dt_ls_param(s, "weight", 4, ws, DT_INIT_UNIFORM, bound, false, DT_SPLIT_NONE, 0, NULL, NULL);
+    if (bias) l->off[1] = dt_ls_param(s, "bias", 1, &OC, DT_INIT_UNIFORM, bound, false, DT_SPLIT_NONE, 0, NULL, NULL);
+    dt_ls_flops(s, (l->reads_batch ? 4 : 6) * IC * K * K * OC * OH * OW);
+    *out = (dt_shape){.nd = 3, .d = {OC, OH, OW}};
+    return dt_ls_status(s);
+}
+
+/* ---- max-pool 2x2 stride 2: d = {C, H, W}; saved argmax (int32) --------------------- */
+
+static size_t pool_saved(const dt_layer *l, int B) { return (size_t)B * l->out_dim; }
+
+static void pool_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
+                         float *scratch) {
+    dt_maxpool2x2_forward(out, (int32_t *)saved, in, c->batch->B, l->d[0], l->d[1], l->d[2]);
+}
+
+static void pool_backward(const dt_layer *l, const dt_lctx *c, const float *in, const float *out,
+                          const float *dout, float *din, const float *saved, float *scratch) {
+    if (din) dt_maxpool2x2_backward(din, dout, (const int32_t *)saved, c->batch->B, l->d[0], l->d[1], l->d[2]);
+}
+
+static const dt_layer_ops pool_ops = {"maxpool2d", false, pool_saved, none, pool_forward, pool_backward};
+
+static dt_status pool_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_shape *out) {
+    int64_t K, stride;
+    dt_ls_int(s, "kernel", 2, 1, 64, &K);
+    dt_ls_int(s, "stride", 2, 1, 64, &stride);
+    if (dt_ls_status(s)) return dt_ls_status(s);
+    if (K != 2 || stride != 2) return dt_ls_fail(s, "only kernel 2, stride 2 is built");
+    if (in->tokens || in->split || in->nd != 3 || in->d[1] % 2 || in->d[2] % 2)
+        return dt_ls_fail(s, "needs a (channels, height, width) input with even height and width");
+    l->d[0] = (int)in->d[0];
+    l->d[1] = (int)in->d[1];
+    l->d[2] = (int)in->d[2];
+    *out = (dt_shape){.nd = 3, .d = {in->d[0], in->d[1] / 2, in->d[2] / 2}};
+    return DT_OK;
+}
+
+/* ---- elementwise: relu (backward on its output), gelu (on its input) -------------- */
+
+static size_t n_of(const dt_layer *l, const dt_lctx *c) { return (size_t)c->batch->B * l->in_dim; }
+
+static void relu_fwd(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved, float *scratch) {
+    dt_relu_forward(out, in, n_of(l, c));
+}
+static void relu_bwd(const dt_layer *l, const dt_lctx *c, const float *in, const float *out, const float *dout,
+                     float *din, const float *saved, float *scratch) {
+    if (din) dt_relu_backward(din, dout, out, n_of(l, c));
+}
+static void gelu_fwd(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved, float *scratch) {
+    dt_gelu_forward(out, in, n_of(l, c));
+}
+static void gelu_bwd(const dt_layer *l, const dt_lctx *c, const float *in, const float *out, const float *dout,
+                     float *din, const float *saved, float *scratch) {
+    if (din) dt_gelu_backward(din, dout, in, n_of(l, c));
+}
+
+static dt_status elementwise_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_shape *out) {
+    if (in->tokens) return dt_ls_fail(s, "takes floats, but its input is token ids");
+    return DT_OK;
+}
+
+static const dt_layer_ops relu_ops = {"relu", true, none, none, relu_fwd, relu_bwd};
+static const dt_layer_ops gelu_ops = {"gelu", false, none, none, gelu_fwd, gelu_bwd};
+
+const dt_layer_type dt_layer_conv2d = {"conv2d", &conv_ops, conv_setup};
+const dt_layer_type dt_layer_maxpool2d = {"maxpool2d", &pool_ops, pool_setup};
+const dt_layer_type dt_layer_relu = {"relu", &relu_ops, elementwise_setup};
+const dt_layer_type dt_layer_gelu = {"gelu", &gelu_ops, elementwise_setup};

@@ -1,0 +1,112 @@
+/* Causal grouped-query attention (LLaMA 2/3, Mistral): NH query heads share
+ * NKV key/value heads, query head h reading kv head h / (NH / NKV), which is
+ * what Hugging Face's repeat_kv does by copying. Token t of qkv holds
+ *   [q (NH*HS) | k (NKV*HS) | v (NKV*HS)],  width C3 = (NH + 2*NKV) * HS,
+ * the layout of one fused projection. The algorithm is attention.c's, per
+ * (b, h), with K and V read in place from the shared kv head (leading
+ * dimension C3, nothing repeated or copied):
+ *   forward:  S = scale Q K^T;  att = softmax(S + causal mask);  out = att V
+ *   backward: dV += att^T dout;  datt = dout V^T;
+ *             dS = att * (datt - rowsum(att * datt));
+ *             dQ += scale dS K;  dK += scale dS^T Q
+ * The query heads of a group add into the same dK and dV (the GEMMs run with
+ * beta = 1), which is repeat_kv's backward, a sum over the group.
+ * Backward scratch: one T x T buffer (datt, then dS in place) reused for every
+ * (b, h): dt_attention_gqa_scratch_floats = T*T. */
+#include "core/cpu.h"
+#include "dtrain/core.h"
+#include "dtrain/nn.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+size_t dt_attention_gqa_scratch_floats(int B, int T, int NH, int NKV, int HS) {
+    return (size_t)T * (size_t)T;
+}
+
+/* Offsets inside one token's row of qkv. */
+static size_t q_off(int h, int HS) { return (size_t)h * HS; }
+static size_t k_off(int kvh, int NH, int HS) { return (size_t)(NH + kvh) * HS; }
+static size_t v_off(int kvh, int NH, int NKV, int HS) { return (size_t)(NH + NKV + kvh) * HS; }
+
+/* Row-wise causal softmax of the (T, T) scores in place; zeros above the
+ * diagonal, so att V and the softmax backward need no mask. */
+static void causal_softmax(float *a, int T) {
+    for (int t = 0; t < T; t++) {
+        float *restrict row = a + (size_t)t * T;
+        float mx = row[0];
+        for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+        float s = 0.0f;
+        for (int j = 0; j <= t; j++) {
+            row[j] = expf(row[j] - mx);
+            s += row[j];
+        }
+        const float inv = 1.0f / s;
+        for (int j = 0; j <= t; j++) row[j] *= inv;
+        memset(row + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+    }
+}
+
+DT_HOT void dt_attention_gqa_forward(float *out, float *att, const float *qkv, int B, int T,
+                                     int NH, int NKV, int HS) {
+    DT_ASSERT(NKV >= 1 && NH % NKV == 0);
+    const int C3 = (NH + 2 * NKV) * HS, C = NH * HS, group = NH / NKV;
+    const float scale = 1.0f / sqrtf((float)HS);
+    for (int b = 0; b < B; b++) {
+        const float *row0 = qkv + (size_t)b * T * C3;
+        for (int h = 0; h < NH; h++) {
+            const int kvh = h / group;
+            const float *q = row0 + q_off(h, HS);
+            const float *k = row0 + k_off(kvh, NH, HS);
+            const float *v = row0 + v_off(kvh, NH, NKV, HS);
+            float *a = att + ((size_t)b * NH + h) * T * T;
+            float *o = out + (size_t)b * T * C + (size_t)h * HS;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k,
+                        C3, 0.0f, a, T);
+            causal_softmax(a, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, v,
+                        C3, 0.0f, o, C);
+        }
+    }
+}
+
+DT_HOT void dt_attention_gqa_backward(float *dqkv, float *scratch, const float *dout,
+                                      const float *qkv, const float *att, int B, int T, int NH,
+                                      int NKV, int HS) {
+    if (!dqkv) return;
+    DT_ASSERT(NKV >= 1 && NH % NKV == 0);
+    const int C3 = (NH + 2 * NKV) * HS, C = NH * HS, group = NH / NKV;
+    const float scale = 1.0f / sqrtf((float)HS);
+    float *ds = scratch; /* (T, T) */
+    for (int b = 0; b < B; b++) {
+        const size_t row0 = (size_t)b * T * C3;
+        for (int h = 0; h < NH; h++) {
+            const int kvh = h / group;
+            const float *q = qkv + row0 + q_off(h, HS);
+            const float *k = qkv + row0 + k_off(kvh, NH, HS);
+            const float *v = qkv + row0 + v_off(kvh, NH, NKV, HS);
+            float *dq = dqkv + row0 + q_off(h, HS);
+            float *dk = dqkv + row0 + k_off(kvh, NH, HS);
+            float *dv = dqkv + row0 + v_off(kvh, NH, NKV, HS);
+            const float *a = att + ((size_t)b * NH + h) * T * T;
+            const float *g = dout + (size_t)b * T * C + (size_t)h * HS;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, g, C,
+                        1.0f, dv, C3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, g, C, v, C3,
+                        0.0f, ds, T);
+            for (int t = 0; t < T; t++) {
+                const float *restrict ar = a + (size_t)t * T;
+                float *restrict dr = ds + (size_t)t * T;
+                float dot = 0.0f;
+                for (int j = 0; j <= t; j++) dot += ar[j] * dr[j];
+                for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - dot);
+                memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, ds, T, k,
+                        C3, 1.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, ds, T, q, C3,
+                        1.0f, dk, C3);
+        }
+    }
+}
