@@ -62,6 +62,13 @@ typedef struct dt_batch {
     const int32_t *targets;  /* (B) labels, or (B, T) next bytes */
     const float *y;          /* (B, y_dim) float targets (mse), or NULL */
     float loss_scale;        /* dL/d(each loss term): 1 / terms in the GLOBAL batch */
+    /* Dropout's masks are keyed by (seed, step, the sample's dataset index), so
+     * every layout draws the same mask for a sample; ids NULL: no dropout. */
+    const int64_t *ids;      /* (B) dataset index of each sample, or NULL */
+    int64_t step;
+    uint64_t seed;
+    bool eval;               /* evaluation: no dropout, batch norm uses running statistics */
+    bool recompute;          /* forward run again for recomputation: statistics not updated */
 } dt_batch;
 
 typedef struct dt_param {
@@ -70,6 +77,7 @@ typedef struct dt_param {
     int64_t shape[4];
     size_t offset, numel;    /* view into the arenas */
     bool decay;              /* weight decay applies (tensors with ndim >= 2) */
+    bool buffer;             /* not trained: batch norm's running statistics (never a gradient) */
     int block;               /* index of the owning block */
     int init;                /* DT_INIT_* */
     float init_scale;        /* uniform bound, normal std, or constant */
@@ -120,7 +128,8 @@ struct dt_block {
     int dims[8];                /* block-specific sizes */
     bool is_loss;               /* last block: out = per-term losses */
     dt_comm *tp;                /* tensor-parallel group (NULL: none) */
-    dt_status *tp_err;          /* where a failed tp collective is recorded */
+    dt_comm *dp;                /* data-parallel group for synchronised batch norm (NULL: none) */
+    dt_status *tp_err;          /* where a failed tp or dp collective is recorded */
     const struct dt_layer *layers; /* the model's layers (private, src/model/layer.h) */
     int root;                   /* this block's tree in them */
 };
@@ -141,6 +150,7 @@ struct dt_model {
     int loss_kind;              /* DT_LOSS_XENT (int targets, loss_terms per sample) or DT_LOSS_MSE */
     int n_classes;              /* cross-entropy: classes (or vocabulary) */
     int y_dim;                  /* mse: float targets per sample */
+    bool has_batchnorm;         /* some layer keeps running statistics (dt_model_set_dp) */
     struct dt_layer *layers;    /* the layer trees of the blocks (private) */
     int n_layers;
     int64_t flops_per_sample;   /* GEMM FLOPs of one training step per sample */
@@ -163,6 +173,10 @@ const dt_param *dt_model_find(const dt_model *m, const char *name);
 /* Tensor parallelism: the group the model's blocks all-reduce over (Megatron's
  * f and g). Its size must be cfg.tp_size. */
 void dt_model_set_tp(dt_model *m, dt_comm *tp);
+/* Batch norm: the data-parallel group its statistics are summed over (a
+ * communicator of its own: collectives run inside forward and backward while
+ * the gradient buckets' thread uses the replicas' communicator). NULL: none. */
+void dt_model_set_dp(dt_model *m, dt_comm *dp);
 /* Copies between the local (tp-sharded) arena of m and the logical arena of
  * `full`, a model of the same config with no tp. to_logical writes only the
  * parts m holds; with owned_only, replicated tensors only on tp rank 0 (so a

@@ -39,6 +39,8 @@ extern const dt_block_ops dt_block_xent_ops;        /* dims: V (classes), terms 
  * one holds IC/tp input features (its partial outputs are all-reduced before
  * the bias: g). */
 enum { DT_TP_NONE, DT_TP_COLUMN, DT_TP_ROW };
+/* Sums buf over the block's data-parallel group (dt_model_set_dp; no-op without one). */
+void dt_block_dp_allreduce(const dt_block *b, float *buf, size_t n);
 /* All-reduces buf over the block's tp group (no-op without one), recording a failure. */
 void dt_block_tp_allreduce(const dt_block *b, float *buf, size_t n);
 /* Softmax cross-entropy over V classes, `terms` per sample (in: (B, terms*V)). */

@@ -51,6 +51,13 @@ int dt_ls_tp_size(const dt_lsetup *s) { return s->bd->m->cfg.tp_size > 1 ? s->bd
 int dt_ls_tp_rank(const dt_lsetup *s) { return s->bd->m->cfg.tp_size > 1 ? s->bd->m->cfg.tp_rank : 0; }
 void dt_ls_flops(dt_lsetup *s, int64_t flops) { s->bd->m->flops_per_sample += flops; }
 
+void dt_ls_buffers(dt_lsetup *s, int n) {
+    dt_model *m = s->bd->m;
+    if (s->st) return;
+    for (int i = m->n_params - n; i < m->n_params; i++) m->params[i].buffer = true;
+    m->has_batchnorm = true;
+}
+
 /* A JSON value as an expression's value: numbers as they are, strings evaluated. */
 static dt_status json_value(dt_lsetup *s, const char *key, const json_t *j, dt_value *v) {
     if (json_is_integer(j)) *v = (dt_value){.t = DT_V_INT, .i = json_integer_value(j)};

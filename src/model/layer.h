@@ -82,6 +82,9 @@ size_t dt_ls_param(dt_lsetup *s, const char *suffix, int ndim, const int64_t *sh
 dt_status dt_ls_fail(dt_lsetup *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int dt_ls_tp_size(const dt_lsetup *s);
 int dt_ls_tp_rank(const dt_lsetup *s);
+/* Marks the last n tensors declared as buffers: kept and checkpointed, never
+ * given a gradient (batch norm's running statistics). */
+void dt_ls_buffers(dt_lsetup *s, int n);
 /* Adds FLOPs per sample of one training step (forward and backward). */
 void dt_ls_flops(dt_lsetup *s, int64_t flops);
 dt_status dt_ls_status(const dt_lsetup *s);
@@ -96,7 +99,8 @@ typedef struct dt_layer_type {
 
 extern const dt_layer_type dt_layer_linear, dt_layer_layernorm, dt_layer_embedding, dt_layer_pos_embedding,
     dt_layer_attention, dt_layer_flatten, dt_layer_conv2d, dt_layer_maxpool2d, dt_layer_relu, dt_layer_gelu,
-    dt_layer_silu, dt_layer_tanh, dt_layer_rmsnorm, dt_layer_avgpool2d, dt_layer_global_avgpool, dt_layer_swiglu;
+    dt_layer_silu, dt_layer_tanh, dt_layer_rmsnorm, dt_layer_avgpool2d, dt_layer_global_avgpool, dt_layer_swiglu,
+    dt_layer_batchnorm1d, dt_layer_batchnorm2d, dt_layer_dropout;
 
 /* Finds a leaf type by name (NULL: unknown); lists the known names into buf. */
 const dt_layer_type *dt_layer_find(const char *type);

@@ -8,6 +8,7 @@ static const dt_layer_type *const types[] = {
     &dt_layer_linear, &dt_layer_conv2d, &dt_layer_maxpool2d, &dt_layer_flatten, &dt_layer_relu, &dt_layer_gelu,
     &dt_layer_layernorm, &dt_layer_embedding, &dt_layer_pos_embedding, &dt_layer_attention, &dt_layer_silu,
     &dt_layer_tanh, &dt_layer_rmsnorm, &dt_layer_avgpool2d, &dt_layer_global_avgpool, &dt_layer_swiglu,
+    &dt_layer_batchnorm1d, &dt_layer_batchnorm2d, &dt_layer_dropout,
 };
 #define N_TYPES (sizeof types / sizeof types[0])
 

@@ -187,6 +187,13 @@ void dt_model_init(dt_model *m, uint64_t seed) {
     }
 }
 
+void dt_model_set_dp(dt_model *m, dt_comm *dp) {
+    for (int b = 0; b < m->n_blocks; b++) {
+        m->blocks[b].dp = dp && dt_comm_size(dp) > 1 ? dp : NULL;
+        m->blocks[b].tp_err = &m->tp_err;
+    }
+}
+
 void dt_model_set_tp(dt_model *m, dt_comm *tp) {
     for (int b = 0; b < m->n_blocks; b++) {
         m->blocks[b].tp = tp && dt_comm_size(tp) > 1 ? tp : NULL;
@@ -363,7 +370,11 @@ static void backward_range(dt_model *m, dt_acts *a, const dt_batch *b, const flo
     for (int i = nb - 1; i >= 0; i--) {
         const dt_block *blk = &m->blocks[a->first + i];
         const float *bin = (a->first + i == 0) ? NULL : a->bound[i];
-        if (recompute) blk->ops->forward(blk, m->w, b, bin, a->bound[i + 1], a->saved[i], a->scratch);
+        if (recompute) {
+            dt_batch rb = *b; /* the statistics were taken in the first forward */
+            rb.recompute = true;
+            blk->ops->forward(blk, m->w, &rb, bin, a->bound[i + 1], a->saved[i], a->scratch);
+        }
         float *dprev = NULL;
         if (a->first + i > 0) {
             if (i == 0) {
@@ -407,6 +418,12 @@ int dt_model_count_correct(const dt_model *m, const dt_acts *a, const dt_batch *
 }
 
 /* ---- blocks shared by the models --------------------------------------------- */
+
+void dt_block_dp_allreduce(const dt_block *b, float *buf, size_t n) {
+    if (!b->dp || *b->tp_err) return;
+    dt_status st = dt_allreduce(b->dp, buf, n, DT_OP_SUM, DT_ALGO_AUTO);
+    if (st) *b->tp_err = st;
+}
 
 void dt_block_tp_allreduce(const dt_block *b, float *buf, size_t n) {
     if (!b->tp) return;

@@ -146,6 +146,7 @@ static dt_batch micro(const dt_batch *b, int M, int i, int in_dim_x, int T, int 
     if (b->tokens) mb.tokens = b->tokens + (size_t)lo * (size_t)T;
     if (b->targets) mb.targets = b->targets + (size_t)lo * (size_t)(T ? T : 1);
     if (b->y) mb.y = b->y + (size_t)lo * (size_t)y_dim;
+    if (b->ids) mb.ids = b->ids + lo;
     return mb;
 }
 

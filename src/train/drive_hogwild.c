@@ -33,10 +33,12 @@ static void hw_batch(void *vctx, int t, int64_t step, dt_batch *out) {
     hw_ctx *h = vctx;
     dt_loader *ld = &h->lds[t];
     int ln, gn;
-    (void)step;
     dt_loader_next(ld, h->B, &ln, &gn);
     memset(out, 0, sizeof *out);
     out->B = ln;
+    out->ids = ld->idx;
+    out->step = step;
+    out->seed = h->r->c->seed;
     out->targets = ld->targets;
     if (ln <= 0) return;
     out->loss_scale = 1.0f / ((float)ln * (float)h->m->loss_terms);

@@ -14,7 +14,8 @@ dt_status tr_evaluate(const dt_model *m, dt_acts *a, dt_loader *ld, int B, int e
     for (int64_t first = lo; first < hi; first += B) {
         int b = (int)((hi - first) < B ? (hi - first) : B);
         dt_loader_eval(ld, first, b);
-        dt_batch batch = {.B = b, .x = ld->x, .tokens = ld->tokens, .targets = ld->targets, .loss_scale = 1.0f};
+        dt_batch batch = {.B = b, .x = ld->x, .tokens = ld->tokens, .targets = ld->targets, .loss_scale = 1.0f,
+                          .eval = true};
         if (pipe) {
             double l, cc;
             dt_status st = dt_pipe_eval(pipe, &batch, &l, &cc);

@@ -75,6 +75,7 @@ typedef struct tr_run {
     /* The mesh: pp stages (outermost) x dp replicas x tp ranks (fastest):
      * rank = (stage*D + replica)*TP + tpr. */
     dt_comm *world, *dpc, *ppc, *tpc;
+    dt_comm *bnc;              /* batch norm's own copy of the dp group (NULL: none) */
     int rank, n, D, P, TP, tpr, replica, stage;
     bool lead, quiet;
     /* data and model */

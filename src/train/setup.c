@@ -63,6 +63,10 @@ static dt_status setup_model(tr_run *r) {
     dt_status st = dt_model_create(&r->m, &mcfg);
     if (st) return st;
     dt_model_init(r->m, c->seed);
+    if (r->m->has_batchnorm && (c->strategy == DT_STRATEGY_PS || c->strategy == DT_STRATEGY_HOGWILD))
+        return dt_errorf(DT_ERR_INVALID, "the %s has batch norm, whose running statistics the %s strategy would not keep: "
+                         "use data parallelism (sync or localsgd)", dt_model_name(&c->model),
+                         c->strategy == DT_STRATEGY_PS ? "parameter-server" : "Hogwild!");
     if (r->TP > 1 || r->P > 1) {
         dt_model_cfg fc = c->model;
         fc.tp_size = 0;
@@ -170,7 +174,7 @@ static dt_status partition_auto(tr_run *r) {
     if (r->rank == 0) {
         dt_loader_first(&r->ld, r->micro_max);
         dt_batch pb = {.B = r->micro_max, .x = r->ld.x, .tokens = r->ld.tokens, .targets = r->ld.targets,
-                       .loss_scale = 1.0f / (float)r->micro_max};
+                       .loss_scale = 1.0f / (float)r->micro_max, .recompute = true /* statistics untouched */};
         st = profile_blocks(m, &pb, cost);
     }
     if (!st) st = dt_bcast(r->world, cost, (size_t)m->n_blocks * sizeof(double), 0, DT_ALGO_AUTO);
@@ -240,6 +244,12 @@ dt_status tr_setup_strategy(tr_run *r) {
         return dt_errorf(DT_ERR_INVALID, "--pp %d: the %s has only %d blocks", r->P, dt_model_name(&m->cfg), m->n_blocks);
     dt_status st = setup_mesh(r);
     if (st) return st;
+    if (m->has_batchnorm && r->D > 1) {
+        /* batch norm's sums run inside forward/backward, beside the buckets' thread */
+        if ((st = dt_comm_split(r->dpc, 0, dt_comm_rank(r->dpc), &r->bnc))) return st;
+        dt_comm_set_timeout(r->bnc, c->timeout);
+        dt_model_set_dp(m, r->bnc);
+    }
     int B = c->batch, D = r->D;
     /* Largest shard of a global batch: with dynamic balance a worker may get all of it. */
     r->local_max = c->balance_dynamic ? B : (B + D - 1) / D;
@@ -306,4 +316,5 @@ void tr_free(tr_run *r) {
     if (r->dpc != r->world) dt_comm_destroy(r->dpc);
     dt_comm_destroy(r->ppc);
     dt_comm_destroy(r->tpc);
+    dt_comm_destroy(r->bnc);
 }

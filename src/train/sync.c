@@ -30,7 +30,8 @@ static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float sc
     dt_loader *ld = &r->ld;
     dt_status st = DT_OK;
     if (r->pipe) {
-        dt_batch sb = {.B = local_n, .x = ld->x, .tokens = ld->tokens, .targets = ld->targets, .loss_scale = scale};
+        dt_batch sb = {.B = local_n, .x = ld->x, .tokens = ld->tokens, .targets = ld->targets, .loss_scale = scale,
+                       .ids = ld->idx, .step = step, .seed = c->seed};
         double tb = dt_now();
         if ((st = dt_pipe_step(r->pipe, r->dp, &sb, m->in_floats, loss)) || (st = tp_status(m))) return st;
         *bwd_s = dt_now() - tb;
@@ -40,7 +41,8 @@ static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float sc
     size_t per = dt_loader_sample_len(ld), tper = ld->d->lm ? per : 1;
     for (int mi = 0; mi < c->accum; mi++) {
         int lo = (int)((int64_t)local_n * mi / c->accum), hi = (int)((int64_t)local_n * (mi + 1) / c->accum);
-        dt_batch b = {.B = hi - lo, .targets = ld->targets + (size_t)lo * tper, .loss_scale = scale};
+        dt_batch b = {.B = hi - lo, .targets = ld->targets + (size_t)lo * tper, .loss_scale = scale,
+                      .ids = ld->idx + lo, .step = step, .seed = c->seed};
         if (ld->d->lm) b.tokens = ld->tokens + (size_t)lo * per;
         else b.x = ld->x + (size_t)lo * per;
         dt_dp_begin_backward(r->dp, mi == c->accum - 1 && !r->per_worker);
