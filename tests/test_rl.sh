@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dtrain rl (actor-learner, issue 14): CartPole learns in one process, with 2
 # actor ranks synchronously (bitwise repeatable) and asynchronously (IMPALA):
-# the greedy policy's return well above a random policy's ~22; the outputs;
+# the greedy policy's return well above a random policy's ~22; Acrobot learns
+# in one process (return well above -500); the outputs;
 # an actor that dies (dropped under --async); refusals.
 source "$(dirname "$0")/lib.sh" "$@"
 ret() { grep -o '"eval_return":[0-9.]*' "$1/metrics.jsonl" | tail -1 | cut -d: -f2; }
@@ -25,6 +26,13 @@ rl async -n 3 --async $R && {
   r=$(ret "$tmp/async"); lag=$(grep -o '"lag_hist":\[[0-9,]*\]' "$tmp/async/metrics.jsonl")
   awk -v r="$r" 'BEGIN { exit !(r > 100) }' && [ -n "$lag" ] && ok "async, learner + 2 actors: greedy return $r; $lag" ||
     fail "async: return $r, lag ${lag:-none}"; }
+# Acrobot (rewards scaled by its default 0.01 in the learner): well above the -500
+# a random or collapsed policy gets, within 200 updates
+rl acrobot --env acrobot --updates 200 --eval-every 100 --eval-episodes 20 --seed 1 && {
+  r=$(grep -o '"eval_return":[-0-9.]*' "$tmp/acrobot/metrics.jsonl" | tail -1 | cut -d: -f2)
+  awk -v r="$r" 'BEGIN { exit !(r > -150) }' && grep -q '"reward_scale"' "$tmp/acrobot/policy.safetensors" &&
+    ok "acrobot, one process, 200 updates (51200 env steps): greedy return $r over 20 episodes (random: ~-500)" ||
+    fail "acrobot: return $r"; }
 # an actor that dies (--inject crash) is dropped under --async and the run goes on
 timeout 300 "$dt" rl -n 4 --async $R --updates 600 --timeout 2 --inject crash:rank=2:step=40 --out "$tmp/lost" > "$tmp/lost.log" 2>&1; rc=$?
 r=$(ret "$tmp/lost")

@@ -87,6 +87,13 @@ typedef struct dt_rl_cfg {
     int envs, unroll, hidden; /* copies per actor [16], steps per rollout [16], width [64] */
     int64_t updates;          /* learner updates [600] */
     float lr, gamma, value_coef, entropy_coef, rho_bar, c_bar;
+    /* The rewards' factor in the learner's targets and advantages (the value
+     * head learns returns in these units; the returns reported are not
+     * scaled); 0 [default]: the environment's (cartpole 1, acrobot 0.01:
+     * Acrobot's returns of -60 to -500 would otherwise need values near -100,
+     * which the shared tanh layers reach only by saturating, and the policy
+     * then collapses to one torque). */
+    float reward_scale;
     uint64_t seed;
     int log_every, eval_every, eval_episodes;
     const char *out;          /* NULL: no files */

@@ -20,6 +20,25 @@
 #include <sys/stat.h>
 
 
+/* The per-environment defaults, in one place: the settings that dt_rl_cfg
+ * leaves at 0 to mean "the environment's". Acrobot: reward -1 per step over
+ * episodes of 60-500 steps gives values of -50 to -100 at gamma 0.99; a value
+ * head that must reach them through the shared tanh layers saturates them, the
+ * policy collapses to one torque and never reaches the goal again (greedy and
+ * sampled return -500). Scaled by 0.01 (= 1 - gamma: values in [-1, 0]) it
+ * learns with CartPole's other settings (docs/BENCHMARKS.md). */
+static const struct {
+    const char *env;
+    float reward_scale;
+} env_defaults[] = {{"cartpole", 1.0f}, {"acrobot", 0.01f}};
+
+float rl_reward_scale(const dt_rl_cfg *c) {
+    if (c->reward_scale > 0) return c->reward_scale;
+    for (size_t i = 0; i < sizeof env_defaults / sizeof env_defaults[0]; i++)
+        if (c->env && strcmp(c->env, env_defaults[i].env) == 0) return env_defaults[i].reward_scale;
+    return 1.0f;
+}
+
 void dt_rl_cfg_default(dt_rl_cfg *c) {
     *c = (dt_rl_cfg){.env = "cartpole", .envs = 16, .unroll = 16, .hidden = 64, .updates = 600, .lr = 2e-3f,
                      .gamma = 0.99f, .value_coef = 0.5f, .entropy_coef = 0.01f, .rho_bar = 1.0f, .c_bar = 1.0f,
@@ -200,6 +219,10 @@ static dt_status save_weights(rl_run *r, const char *path, int D, int A) {
         {"body.2.bias", 1, b, (size_t)H}, {"head.weight", 2, sh, (size_t)(A + 1) * H}, {"head.bias", 1, bh, (size_t)A + 1}};
     for (int i = 0; i < 6 && !st; i++, o += t[i - 1].n) st = dt_st_writer_add(w, t[i].name, DT_F32, t[i].nd, t[i].shape, p + o);
     if (!st) st = dt_st_writer_meta(w, "env", r->c->env);
+    float rs = rl_reward_scale(r->c);
+    char rss[32];
+    snprintf(rss, sizeof rss, "%g", (double)rs);
+    if (!st && rs != 1.0f) st = dt_st_writer_meta(w, "reward_scale", rss); /* the value head's units */
     if (!st) st = dt_st_writer_write(w, path);
     dt_st_writer_destroy(w);
     return st;
@@ -226,7 +249,7 @@ static dt_status setup(rl_run *r, int *D, int *A) {
     for (int k = 0; k < r->K && r->n > 1 && !st; k++) st = rl_traj_alloc(&r->in[k], c->unroll, c->envs, *D, *A);
     if (!st) st = rl_learn_create(&r->learn, r->p, c->unroll, c->envs, *A);
     r->learn.gamma = c->gamma, r->learn.value_coef = c->value_coef, r->learn.entropy_coef = c->entropy_coef;
-    r->learn.rho_bar = c->rho_bar, r->learn.c_bar = c->c_bar;
+    r->learn.rho_bar = c->rho_bar, r->learn.c_bar = c->c_bar, r->learn.reward_scale = rl_reward_scale(c);
     dt_optim_cfg oc;
     dt_optim_cfg_default(&oc, DT_OPTIM_ADAMW);
     oc.weight_decay = 0;
@@ -330,9 +353,9 @@ dt_status dt_rl_run(const dt_rl_cfg *c, dt_comm *world, dt_rl_result *res) {
     if (!st && c->resume) st = resume(&r, res);
     if (!st) st = open_metrics(&r);
     if (!st && r.rank == 0 && !c->quiet)
-        dt_log(DT_LOG_INFO, "rl: %s, %s with V-trace targets: %s%d actor%s x %d copies, unroll %d, %zu parameters", c->env,
-               c->async && r.n > 1 ? "asynchronous (IMPALA)" : "synchronous A2C", r.n > 1 ? "" : "one process, ", r.K,
-               r.K == 1 ? "" : "s", c->envs, c->unroll, dt_policy_n_params(r.p));
+        dt_log(DT_LOG_INFO, "rl: %s, %s with V-trace targets: %s%d actor%s x %d copies, unroll %d, %zu parameters, reward scale %g",
+               c->env, c->async && r.n > 1 ? "asynchronous (IMPALA)" : "synchronous A2C", r.n > 1 ? "" : "one process, ", r.K,
+               r.K == 1 ? "" : "s", c->envs, c->unroll, dt_policy_n_params(r.p), (double)rl_reward_scale(c));
     r.t0 = dt_now();
     int64_t steps0 = r.steps;
     if (!st && c->async && r.n > 1) st = r.rank == 0 ? rl_learner_async(&r, res) : rl_actor_async(&r);

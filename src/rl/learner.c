@@ -1,6 +1,7 @@
 /* The learner's side of one rollout: a forward over its (T+1)E observations,
  * V-trace targets per environment copy (log rho = log pi(a) - log mu(a), the
- * discount 0 after a terminal state; after a truncation (the step limit, not
+ * rewards times reward_scale, so the value head learns returns in those units;
+ * the discount 0 after a terminal state; after a truncation (the step limit, not
  * a failure) the target bootstraps from the value of the next observation,
  * which is the new episode's first: a start state stands in for the cut
  * episode's last, which the environment does not return), IMPALA's loss and
@@ -40,7 +41,7 @@ static void targets(rl_learn *l, const rl_traj *t, int e) {
         size_t i = (size_t)s * E + e;
         l->col_lr[s] = l->lsm[i * A + t->act[i]] - t->logp[i];
         l->col_d[s] = t->done[i] && !t->trunc[i] ? 0.0f : l->gamma;
-        l->col_r[s] = t->rew[i];
+        l->col_r[s] = t->rew[i] * l->reward_scale;
         l->col_v[s] = l->value[i];
     }
     dt_vtrace(T, l->col_lr, l->col_d, l->col_r, l->col_v, l->value[(size_t)T * E + e], l->rho_bar, l->c_bar, l->col_vs,

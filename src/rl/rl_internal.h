@@ -63,12 +63,17 @@ dt_status rl_actor_rollout(rl_actor *a);
 typedef struct rl_learn {
     dt_policy *p;
     float gamma, value_coef, entropy_coef, rho_bar, c_bar;
+    float reward_scale; /* the rewards' factor in the targets (the environment's default resolved) */
     float *logits, *value, *lsm, *dlogits, *dvalue, *vs, *adv;     /* (T+1)E rows */
     float *col_lr, *col_d, *col_r, *col_v, *col_vs, *col_adv;      /* one copy's T steps */
 } rl_learn;
 dt_status rl_learn_create(rl_learn *l, dt_policy *p, int T, int E, int A);
 void rl_learn_free(rl_learn *l);
 dt_status rl_learn_grad(rl_learn *l, const rl_traj *t, double *loss);
+
+/* c->reward_scale, or when 0 the environment's default (a2c.c, the table of
+ * per-environment defaults). */
+float rl_reward_scale(const dt_rl_cfg *c);
 
 #define RL_TAG 0x7e00     /* rollout messages: RL_TAG + 0..RL_MSGS-1 */
 #define RL_MSGS 7         /* messages per rollout */

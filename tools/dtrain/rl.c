@@ -28,6 +28,8 @@ static const char *rl_help =
     "  --gamma G           discount (0.99)\n"
     "  --entropy C         entropy bonus (0.01)\n"
     "  --value-coef C      value loss weight (0.5)\n"
+    "  --reward-scale C    rewards times C in the learner's targets (the returns reported are\n"
+    "                      unscaled); default the environment's: cartpole 1, acrobot 0.01\n"
     "  --seed S            (1)\n"
     "  --log-every K       a metrics line every K updates (20)\n"
     "  --eval-every K      evaluate the greedy policy every K updates (100; 0: at the end only)\n"
@@ -119,6 +121,7 @@ static int parse(int argc, char **argv, dt_rl_cfg *c, bool *help, const char **s
         else if (strcmp(f, "--gamma") == 0) rc = num(f, v, 0, 1, &x), c->gamma = (float)x;
         else if (strcmp(f, "--entropy") == 0) rc = num(f, v, 0, 10, &x), c->entropy_coef = (float)x;
         else if (strcmp(f, "--value-coef") == 0) rc = num(f, v, 0, 100, &x), c->value_coef = (float)x;
+        else if (strcmp(f, "--reward-scale") == 0) rc = num(f, v, 1e-6, 1e6, &x), c->reward_scale = (float)x;
         else if (strcmp(f, "--seed") == 0) rc = num(f, v, 0, 9e15, &x), c->seed = (uint64_t)x;
         else if (strcmp(f, "--log-every") == 0) rc = num(f, v, 1, 1e9, &x), c->log_every = (int)x;
         else if (strcmp(f, "--eval-every") == 0) rc = num(f, v, 0, 1e9, &x), c->eval_every = (int)x;
