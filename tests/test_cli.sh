@@ -25,7 +25,7 @@ expect_rc() {
 # usage errors
 expect_rc 2 "unknown command" -- "$dt" frobnicate
 expect_rc 2 "unknown flag '--bogus'" -- "$dt" train --bogus
-expect_rc 2 "unknown model 'resnet'" -- "$dt" train --model resnet
+expect_rc 2 "unknown model 'vgg'" -- "$dt" train --model vgg
 expect_rc 2 "--batch 0 is out of range" -- "$dt" train --batch 0
 expect_rc 2 "--lr expects a number" -- "$dt" train --lr fast
 expect_rc 2 "--lr -1 is out of range" -- "$dt" train --lr -1

@@ -19,6 +19,8 @@ typedef struct row {
 
 static const row rows[] = {
     {"data", "/tmp/d", "/tmp/d", NULL, NULL},
+    {"target", "price", "price", NULL, NULL},
+    {"prefetch", "off", "off", "maybe", "--prefetch must be on or off, got 'maybe'"},
     {"epochs", "3", "3", "1.5", "--epochs expects an integer, got '1.5'"},
     {"steps", "7", "7", "-1", "--steps -1 is out of range [0, "},
     {"batch", "64", "64", "0", "--batch 0 is out of range [1, 1048576]"},
@@ -35,8 +37,9 @@ static const row rows[] = {
     {"beta2", "0.95", "0.95", "nan", "--beta2 expects a number"},
     {"eps", "1e-06", "1e-06", "0", "--eps 0 is out of range"},
     {"clip", "2.5", "2.5", "-3", "--clip -3 is out of range"},
-    {"model", "cnn", "cnn", "resnet", "unknown model 'resnet'"},
+    {"model", "cnn", "cnn", "vgg", "unknown model 'vgg'"},
     {"hidden", "7,9", "7,9", "10,x", "--hidden expects"},
+    {"set", "w=8,blocks=2", "w=8,blocks=2", "w", "--set: 'w' is not NAME=VALUE"},
     {"n-layer", "2", "2", "0", "--n-layer 0 is out of range [1, 256]"},
     {"n-head", "2", "2", "257", "--n-head 257 is out of range"},
     {"n-embd", "64", "64", "a", "--n-embd expects an integer"},
@@ -213,7 +216,7 @@ static void check_file(const char *dir) {
         {"{\"recompute\": 3}", ": --recompute takes no value, or true or false, got '3'"},
         {"[1, 2]", ": expects a JSON object of flags"},
         {"{\"lr\": ", "run-bad.json:1"},
-        {"{\"model\": \"resnet\"}", ": unknown model 'resnet'"},
+        {"{\"model\": \"vgg\"}", ": unknown model 'vgg'"},
     };
     snprintf(bad, sizeof bad, "%s/run-bad.json", dir);
     for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {

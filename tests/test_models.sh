@@ -14,7 +14,7 @@ same() { # NAME A B TOL: |a - b| <= TOL * max(1, |a|)
 }
 
 # ---- the shipped LLaMA-style decoder on every layout ------------------------------
-lf="--model llama --steps 20 --batch 8 --seed 3 --eval-max 32 --log-every 5"
+lf="--model llama --set n_layer=2,n_embd=64,ffn=160 --steps 20 --batch 8 --seed 3 --eval-max 32 --log-every 5"
 if run l1 $lf; then
   ref=$(last l1)
   run l_tp -n 2 --tp 2 $lf && same "llama --tp 2 vs -n 1" "$ref" "$(last l_tp)" 1e-4
@@ -26,7 +26,7 @@ if run l1 $lf; then
   python3 - "$tmp/l1/model.safetensors" <<'PY' && ok "llama weights carry the description's names" || fail "llama weight names"
 import json, struct, sys
 h = open(sys.argv[1], "rb"); n = struct.unpack("<Q", h.read(8))[0]; names = set(json.loads(h.read(n)))
-need = {"model.embed_tokens.weight", "model.layers.3.self_attn.qkv_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+need = {"model.embed_tokens.weight", "model.layers.1.self_attn.qkv_proj.weight", "model.layers.0.mlp.gate_proj.weight",
         "model.layers.0.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight", "model.layers.1.input_layernorm.weight"}
 sys.exit(0 if need <= names else 1)
 PY
@@ -61,6 +61,54 @@ cat > "$tmp/img.json" <<'J'
   {"type": "sequential", "layers": [{"type": "global_avgpool"}, {"type": "linear", "name": "fc", "out": 10}]}]}
 J
 run i1 --model "$tmp/img.json" --steps 10 --batch 32 && ok "image description with silu, avgpool, global pool trains"
+
+# ---- batch norm (synchronised) and dropout on every layout ------------------------
+# (batch norm amplifies rounding: steps later, -n 2 and -n 1 part at ~1e-4; the
+# first step's loss, before any update, must agree to rounding)
+first() { grep '"loss"' "$tmp/$1/metrics.jsonl" | head -1 | grep -o '"loss":[-0-9.e]*' | cut -d: -f2; }
+rf="--model resnet --set w=8 --steps 8 --batch 32 --seed 5 --eval-max 64 --log-every 1"
+if run r1 $rf; then
+  ref=$(last r1)
+  run r2 -n 2 $rf && { same "resnet (SyncBatchNorm) -n 2 vs -n 1, step 1" "$(first r1)" "$(first r2)" 1e-6
+                       same "resnet (SyncBatchNorm) -n 2 vs -n 1, step 8" "$ref" "$(last r2)" 1e-3; }
+  run r3 -n 2 --pp 2 $rf && same "resnet --pp 2 vs -n 1" "$ref" "$(last r3)" 1e-6
+  # checkpointed at step 4 on 2 ranks, resumed on 1: the running statistics travel in the checkpoint
+  run rc -n 2 $rf --ckpt-dir "$tmp/rck" --ckpt-every 4 &&
+    run rr $rf --resume "$tmp/rck/ckpt-0000000004" && same "resnet checkpoint of -n 2 resumed at -n 1" "$(last rc)" "$(last rr)" 1e-3
+  python3 - "$tmp/rc/model.safetensors" "$tmp/rr/model.safetensors" <<'PY' && ok "resumed resnet's running statistics equal the uninterrupted run's" || fail "running statistics after the resume"
+import array, json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: array.array("f", b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]]) for k, v in h.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+keys = [k for k in a if k.endswith("running_var") or k.endswith("running_mean")]
+worst = max(abs(x - y) / max(1e-3, abs(x)) for k in keys for x, y in zip(a[k], b[k]))
+print(f"    {len(keys)} running statistics, largest relative difference {worst:.2g}")
+sys.exit(0 if len(keys) == 18 and worst < 1e-2 and any(abs(x - 1) > 1e-3 for x in a["stem.bn.running_var"]) else 1)
+PY
+fi
+cat > "$tmp/bn1.json" <<'J'
+{"input": {"features": 784}, "loss": "cross_entropy",
+ "layers": [{"type": "linear", "name": "fc1", "out": 64, "activation": "relu"}, {"type": "dropout", "p": 0.3},
+            {"type": "sequential", "layers": [{"type": "linear", "name": "fc2", "out": 32}, {"type": "batchnorm1d", "name": "bn", "sync": true},
+                                              {"type": "relu"}, {"type": "dropout", "p": 0.5}]},
+            {"type": "linear", "name": "fc3", "out": 10}]}
+J
+bf="--model $tmp/bn1.json --steps 12 --batch 64 --seed 9 --eval-max 64 --log-every 4"
+run b1 $bf && run b2 -n 2 $bf && same "dropout + batchnorm1d -n 2 vs -n 1 (masks keyed by sample)" "$(last b1)" "$(last b2)" 1e-4
+sed 's/, {"type": "batchnorm1d", "name": "bn", "sync": true}//' "$tmp/bn1.json" > "$tmp/drop.json"
+df="--model $tmp/drop.json --steps 12 --batch 64 --seed 9 --eval-max 64 --log-every 4"
+if run d1 $df; then
+  ref=$(last d1)
+  run d2 -n 2 $df && same "dropout -n 2 vs -n 1" "$ref" "$(last d2)" 1e-5
+  run d3 -n 2 --pp 2 --micro-batches 2 $df && same "dropout --pp 2 --micro-batches 2 vs -n 1" "$ref" "$(last d3)" 1e-4
+  run d4 $df --accum 2 && same "dropout --accum 2 vs -n 1" "$ref" "$(last d4)" 1e-4
+  run d5 $df --recompute --pp 1 && same "dropout with --recompute vs without" "$ref" "$(last d5)" 1e-6
+  run d6 $df --seed 10 && { [ "$(last d6)" != "$ref" ] && ok "another seed draws other masks" || fail "--seed 10 gave the same loss"; }
+fi
+err=$("$dt" train -n 3 --strategy ps --model resnet --steps 1 2>&1 >/dev/null); rc=$?
+[ "$rc" -ne 0 ] && grep -q "batch norm" <<<"$err" && ok "batch norm under the parameter server refused: $(head -1 <<<"$err" | cut -c1-120)" ||
+  { fail "batch norm under ps (rc=$rc)"; indent <<<"$err"; }
 
 # ---- bad descriptions: one line, exit 2, the layer named -------------------------
 bad() { # PATTERN JSON

@@ -36,6 +36,21 @@ path pp_auto -n 2 --pp 2 --pp-partition auto --micro-batches 2 $MLP
 path tp_gpt_clip -n 2 --tp 2 --clip 0.3 $GPT
 path tp_pp_mlp -n 4 --tp 2 --pp 2 --micro-batches 2 $MLP --ckpt-dir "$tmp/cktp" --ckpt-every 3
 path tp_resume_dp -n 2 $MLP --resume "$tmp/cktp/ckpt-0000000003"
+# ---- model descriptions: llama (rmsnorm, swiglu, rope, gqa) under tp x pp; batch norm,
+# dropout, pooling on 2 ranks with a checkpoint; data from a CSV -----------------------
+path desc_llama -n 4 --tp 2 --pp 2 --micro-batches 2 --model llama --set n_layer=2,n_kv_head=4,n_embd=32,ffn=48,block_size=16 \
+  --batch 8 --steps 3 --log-every 1 --eval-max 16 --quiet
+cat > "$tmp/bnd.json" <<'J'
+{"input": {"image": [1, 28, 28]}, "loss": "cross_entropy",
+ "layers": [{"type": "sequential", "layers": [{"type": "conv2d", "name": "c", "out": 4, "kernel": 3, "stride": 2, "pad": 1},
+   {"type": "batchnorm2d", "name": "bn", "sync": true}, {"type": "silu"}, {"type": "avgpool2d", "kernel": 2}, {"type": "dropout", "p": 0.2}]},
+  {"type": "sequential", "layers": [{"type": "global_avgpool"}, {"type": "batchnorm1d", "name": "bn1"}, {"type": "tanh"},
+   {"type": "linear", "name": "fc", "out": 10}]}]}
+J
+path desc_bn_ckpt -n 2 --model "$tmp/bnd.json" --batch 16 --steps 4 --log-every 1 --eval-max 32 --quiet --ckpt-dir "$tmp/ckbn" --ckpt-every 2
+path desc_bn_resume --model "$tmp/bnd.json" --batch 16 --steps 4 --log-every 1 --eval-max 32 --quiet --resume "$tmp/ckbn/ckpt-0000000002"
+printf 'a,b,y\n' > "$tmp/t.csv"; for i in $(seq 60); do echo "$i,$((i % 7)),$((i * 2 % 5))" >> "$tmp/t.csv"; done
+path desc_csv --model regressor --set in=2,hidden=8 --data "$tmp/t.csv" --target y --batch 8 --steps 4 --log-every 1 --quiet
 # ---- parameter server, local SGD, Hogwild!, balancing ---------------------------------
 path ps_bsp_ckpt -n 3 --strategy ps --servers 1 --consistency bsp $MLP --ckpt-dir "$tmp/ckps" --ckpt-every 3
 path ps_resume -n 3 --strategy ps --servers 1 --consistency bsp $MLP --steps 8 --resume "$tmp/ckps/ckpt-0000000003"

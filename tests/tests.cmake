@@ -37,7 +37,7 @@ endforeach()
 # the same numbers. The sanitizer pass leaves them out (-LE matrix) and runs
 # test_paths, every path once, instead: under ASan a run costs 3-4x, and the
 # numbers are the optimised build's to check.
-foreach(matrix test_dp test_pp test_tp test_ckpt test_ps test_async test_compress_train test_cluster test_stop)
+foreach(matrix test_dp test_pp test_tp test_ckpt test_ps test_async test_compress_train test_cluster test_stop test_models)
   if(TEST ${matrix})
     set_tests_properties(${matrix} PROPERTIES LABELS matrix)
   endif()

@@ -42,6 +42,9 @@ typedef struct dt_model_cfg {
     int tp_size, tp_rank;
     /* DT_MODEL_FILE: the description's path */
     char file[256];
+    /* --set: the description's variables, "NAME=VALUE,..." (VALUE a number, or
+     * integers joined by ':' for a list); "" none. */
+    char set[256];
 } dt_model_cfg;
 
 const char *dt_model_kind_name(dt_model_kind k);         /* "mlp" */
@@ -49,6 +52,9 @@ dt_status dt_model_kind_parse(const char *s, dt_model_kind *out); /* mlp, cnn or
 /* --model's value: a built-in kind, a shipped description's name (models/NAME.json,
  * compiled in) or a description file's path; sets kind and file. */
 dt_status dt_model_select(dt_model_cfg *c, const char *s);
+/* Checks the syntax of --set's value (the names are checked against the
+ * description when the model is built). */
+dt_status dt_model_set_check(const char *s);
 /* "mlp", or the description file's path / shipped name. */
 const char *dt_model_name(const dt_model_cfg *c);
 void dt_model_cfg_default(dt_model_cfg *c, dt_model_kind kind);

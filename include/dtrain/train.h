@@ -75,7 +75,9 @@ int dt_train_stop_reason(int code);
 
 typedef struct dt_train_cfg {
     dt_model_cfg model;
-    const char *data;        /* dataset dir (mlp/cnn) or corpus path (gpt); NULL: default */
+    const char *data;        /* the data (a folder or file of any format loader.h lists); NULL: default */
+    const char *target;      /* CSV data: the target column's name, or NULL */
+    bool prefetch;           /* the training loader gathers the next batch in a background thread [true] */
     int64_t epochs;          /* used when steps == 0 */
     int64_t steps;           /* total optimizer steps; 0: derive from epochs */
     int batch;               /* global batch (samples; for the gpt, sequences) */

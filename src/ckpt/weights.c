@@ -31,6 +31,11 @@ int dt_weights_cfg_meta(const dt_model_cfg *c, const char **kv, int max_pairs, c
     kv[2] = "dtrain_model";
     kv[3] = dt_model_name(c); /* a description file: its path or shipped name */
     n = 2;
+    if (c->set[0] && n < max_pairs) { /* --set: the description's variables */
+        kv[2 * n] = "model_set";
+        kv[2 * n + 1] = c->set;
+        n++;
+    }
     switch (c->kind) {
     case DT_MODEL_MLP: {
         n = put(kv, n, max_pairs, &p, &left, "in_dim", "%lld", c->in_dim);
@@ -92,6 +97,10 @@ dt_status dt_weights_cfg_from_meta(const char *(*get)(void *ctx, const char *key
         dt_model_cfg_default(cfg, DT_MODEL_FILE);
         if (dt_model_select(cfg, kind))
             return dt_errorf(DT_ERR_FORMAT, "%s: metadata names an unknown model '%s' (pass --model FILE.json)", what, kind);
+        const char *set = get(ctx, "model_set");
+        if (set && (strlen(set) >= sizeof cfg->set || dt_model_set_check(set)))
+            return dt_errorf(DT_ERR_FORMAT, "%s: metadata 'model_set' = '%s' is not NAME=VALUE,...", what, set);
+        if (set) snprintf(cfg->set, sizeof cfg->set, "%s", set);
         return DT_OK;
     }
     dt_model_cfg_default(cfg, k);

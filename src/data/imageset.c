@@ -1,7 +1,9 @@
 /* Fashion-MNIST (and MNIST) image sets: four IDX files in one directory, each
  * plain or gzipped. The checks here are the ones the IDX layer cannot make:
- * the images/labels pair must agree in type, rank, count and label range. */
-#include "dtrain/data.h"
+ * the images/labels pair must agree in type, rank, count and label range.
+ * data_idx_pair reads the same folder layout for IDX of any shape and type
+ * (the dataset layer's "idx" format). */
+#include "data_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -159,4 +161,37 @@ void dt_imageset_gather(const dt_imageset *s, const int64_t *idx, int B, float *
         for (size_t j = 0; j < hw; j++) dst[j] = (float)src[j] / 255.0f;
         labels[b] = s->labels[k];
     }
+}
+
+dt_status data_idx_pair(const char *dir, bool train, dt_idx *img, dt_idx *lab) {
+    memset(img, 0, sizeof *img);
+    memset(lab, 0, sizeof *lab);
+    const char *img_base = train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte";
+    const char *lab_base = train ? "train-labels-idx1-ubyte" : "t10k-labels-idx1-ubyte";
+    char *img_path = NULL, *lab_path = NULL;
+    dt_status st = DT_OK;
+    struct stat sb;
+    int src = stat(dir, &sb);
+    if (src != 0 || !S_ISDIR(sb.st_mode)) {
+        st = dt_errorf(DT_ERR_IO, "%s: %s (looked there for %s[.gz] and %s[.gz]); " IMG_HINT_INSTALL, dir,
+                       src != 0 ? (errno == ENOENT ? "no such directory" : strerror(errno)) : "not a directory",
+                       img_base, lab_base);
+        goto done;
+    }
+    if ((st = img_find(dir, img_base, &img_path)) != DT_OK) goto done;
+    if ((st = img_find(dir, lab_base, &lab_path)) != DT_OK) goto done;
+    if ((st = img_read(img_path, img)) != DT_OK) goto done;
+    if ((st = img_read(lab_path, lab)) != DT_OK) goto done;
+    if (img->dims[0] != lab->dims[0])
+        st = dt_errorf(DT_ERR_FORMAT,
+                       "%s has %u samples but %s has %u labels; the two files come from different sets, re-download both",
+                       img_path, (unsigned)img->dims[0], lab_path, (unsigned)lab->dims[0]);
+done:
+    if (st) {
+        dt_idx_free(img);
+        dt_idx_free(lab);
+    }
+    dt_free(img_path);
+    dt_free(lab_path);
+    return st;
 }

@@ -119,6 +119,41 @@ static dt_status sizes_check(const dt_model_cfg *c) {
     }
 }
 
+/* --set's NAME=VALUE pairs into v (replacing what is there). */
+static dt_status parse_set(const char *s, dt_vars *v) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq || eq == tok || !eq[1] || eq - tok >= 32)
+            return dt_errorf(DT_ERR_INVALID, "'%s' is not NAME=VALUE", tok);
+        *eq = 0;
+        dt_value x = {.t = DT_V_INT};
+        char *end;
+        if (strchr(eq + 1, ':')) {
+            x.t = DT_V_LIST;
+            for (char *p = eq + 1; *p && x.n < DT_EXPR_MAX_LIST; p = *end ? end + 1 : end) {
+                x.list[x.n++] = strtoll(p, &end, 10);
+                if (end == p || (*end && *end != ':')) return dt_errorf(DT_ERR_INVALID, "%s: '%s' is not a list of integers", tok, eq + 1);
+            }
+        } else if (strpbrk(eq + 1, ".eE")) {
+            x.t = DT_V_FLOAT;
+            x.f = strtof(eq + 1, &end);
+        } else {
+            x.i = strtoll(eq + 1, &end, 10);
+        }
+        if (x.t != DT_V_LIST && (end == eq + 1 || *end)) return dt_errorf(DT_ERR_INVALID, "%s: '%s' is not a number", tok, eq + 1);
+        if (!dt_vars_set(v, tok, &x)) return dt_errorf(DT_ERR_INVALID, "too many variables set");
+    }
+    return DT_OK;
+}
+
+dt_status dt_model_set_check(const char *s) {
+    dt_vars v;
+    memset(&v, 0, sizeof v);
+    return parse_set(s, &v);
+}
+
 /* The built-in kinds' size flags as their descriptions' variables. */
 static void size_vars(const dt_model_cfg *c, dt_vars *v) {
     memset(v, 0, sizeof *v);
@@ -196,10 +231,11 @@ static dt_status build(dt_model *m) {
     if (st) return st;
     dt_vars over;
     size_vars(c, &over);
+    if (!st && c->set[0]) st = parse_set(c->set, &over);
     dt_builder bd = {.m = m};
     char what[300];
-    snprintf(what, sizeof what, "%s%s", dt_model_name(c), c->kind == DT_MODEL_FILE ? "" : ".json");
-    st = dt_desc_build(&bd, text, what, c->kind == DT_MODEL_FILE ? NULL : &over);
+    snprintf(what, sizeof what, "%s%s", dt_model_name(c), strchr(dt_model_name(c), '/') || strstr(dt_model_name(c), ".json") ? "" : ".json");
+    if (!st) st = dt_desc_build(&bd, text, what, &over);
     free(owned);
     return st;
 }

@@ -20,6 +20,7 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->seed = 1;
     c->log_every = 10;
     c->val_frac = 0.1;
+    c->prefetch = true;
     c->eval_max = 256;
     c->cosine = true;
     c->accum = 1;

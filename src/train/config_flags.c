@@ -177,6 +177,18 @@ static void hidden_format(const void *base, char *buf, size_t n) {
     }
 }
 
+static dt_status set_parse(void *base, const char *flag, const char *s) {
+    dt_model_cfg *m = &((dt_train_cfg *)base)->model;
+    dt_status st = dt_model_set_check(s);
+    if (st) return dt_errorf(DT_ERR_INVALID, "%s: %s", flag, dt_error_msg());
+    if (strlen(s) >= sizeof m->set) return dt_errorf(DT_ERR_INVALID, "%s: '%s' is too long", flag, s);
+    snprintf(m->set, sizeof m->set, "%s", s);
+    return DT_OK;
+}
+static void set_format(const void *base, char *buf, size_t n) {
+    snprintf(buf, n, "%s", ((const dt_train_cfg *)base)->model.set);
+}
+
 /* A bool spelled by two words, a (meaning a_is) or b (cosine|constant, static|dynamic). */
 static dt_status two_words_parse(bool *out, const char *flag, const char *s, const char *a, bool a_is, const char *b) {
     if (strcmp(s, a) == 0) *out = a_is;
@@ -299,6 +311,16 @@ static dt_status error_feedback_parse(void *base, const char *flag, const char *
 }
 static void error_feedback_format(const void *base, char *buf, size_t n) {
     tristate_format(((const dt_train_cfg *)base)->dp.comp.error_feedback, buf, n);
+}
+
+static dt_status prefetch_parse(void *base, const char *flag, const char *s) {
+    int v = 0;
+    dt_status st = tristate_parse(flag, s, false, &v);
+    if (!st) ((dt_train_cfg *)base)->prefetch = v == 1;
+    return st;
+}
+static void prefetch_format(const void *base, char *buf, size_t n) {
+    tristate_format(((const dt_train_cfg *)base)->prefetch, buf, n);
 }
 
 static dt_status balance_parse(void *base, const char *flag, const char *s) {
@@ -429,12 +451,16 @@ static const char S_DATA[] = "data and length", S_OPT[] = "optimizer", S_MODEL[]
                   S_FT[] = "fault tolerance";
 
 static const dt_flag train_flags[] = {
-    STR("data", data, TR | EV, S_DATA, "PATH", "mlp/cnn: folder with the four Fashion-MNIST IDX files (.gz or not); "
-        "gpt: a text file or folder", "/usr/share/datasets/fashion-mnist; gpt /usr/share/games/fortunes"),
+    STR("data", data, TR | EV, S_DATA, "PATH", "a folder of IDX files (Fashion-MNIST's four, .gz or not), a folder with "
+        "x.npy and y.npy, a .npz, a .csv; language models: llm.c .bin token shards (a file or folder) or a text file or folder",
+        "/usr/share/datasets/fashion-mnist; gpt /usr/share/games/fortunes"),
+    STR("target", target, TR | EV, S_DATA, "COLUMN", "CSV data: the column to predict (a float: regression); the others are inputs",
+        NULL),
+    CH("prefetch", prefetch, prefetch, TR, S_DATA, "on|off", "gather the next batch in a background thread while the step computes"),
     INT("epochs", DT_FLAG_I64, epochs, 1, 100000, TR, S_DATA, "E", "passes over the training set"),
     INT("steps", DT_FLAG_I64, steps, 0, INT64_MAX / 2, TR, S_DATA, "N", "optimizer steps (overrides --epochs; 0: from --epochs)"),
     INT("batch", DT_FLAG_INT, batch, 1, 1 << 20, TR, S_DATA, "B", "global batch: images, or sequences for the gpt"),
-    NUM("val-frac", DT_FLAG_DOUBLE, val_frac, 1e-6, 0.999, TR | EV, S_DATA, "F", "gpt: held-out tail of the corpus"),
+    NUM("val-frac", DT_FLAG_DOUBLE, val_frac, 1e-6, 0.999, TR | EV, S_DATA, "F", "held-out tail: of a corpus, or of tensor data without its own test split"),
     CH("optim", optim, optim.kind, TR, S_OPT, "sgd|adamw", "the optimizer; switching it resets lr, momentum, "
        "weight decay and betas to its defaults"),
     NUM("lr", DT_FLAG_FLOAT, lr, 1e-12, 100, TR, S_OPT, "LR", "peak learning rate"),
@@ -451,6 +477,7 @@ static const dt_flag train_flags[] = {
     NUM("clip", DT_FLAG_FLOAT, clip, 0, 1e9, TR, S_OPT, "NORM", "global gradient-norm clipping, 0 = off"),
     CH("model", model, model.kind, TR | EV, S_MODEL, "mlp|cnn|gpt|NAME|FILE.json", "the model: built in, a shipped description (models/NAME.json) or your own (docs/MODELS.md); it decides the other defaults"),
     CH("hidden", hidden, model.hidden, TR, S_MODEL, "H1,H2,...", "mlp hidden sizes ('none': a linear model)"),
+    CH("set", set, model.set, TR | EV, S_MODEL, "NAME=V,...", "the model description's variables (a list: V1:V2:...), docs/MODELS.md"),
     INT("n-layer", DT_FLAG_INT, model.n_layer, 1, 256, TR, S_MODEL, "L", "gpt transformer blocks"),
     INT("n-head", DT_FLAG_INT, model.n_head, 1, 256, TR, S_MODEL, "H", "gpt attention heads"),
     INT("n-embd", DT_FLAG_INT, model.n_embd, 1, 16384, TR, S_MODEL, "C", "gpt embedding width"),

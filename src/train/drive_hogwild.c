@@ -37,6 +37,7 @@ static void hw_batch(void *vctx, int t, int64_t step, dt_batch *out) {
     memset(out, 0, sizeof *out);
     out->B = ln;
     out->ids = ld->idx;
+    out->y = ld->y;
     out->step = step;
     out->seed = h->r->c->seed;
     out->targets = ld->targets;

@@ -245,7 +245,7 @@ static dt_status worker_step(ps_run *p, int64_t step, double *win, int *wn) {
     if (index < 0) ln = 0; /* not a member of this clock (cannot happen: it would have left) */
     dt_ps_client_count(p->cl, ln);
     dt_batch b = {.B = ln, .x = r->ld.x, .tokens = r->ld.tokens, .targets = r->ld.targets,
-                  .loss_scale = ln ? 1.0f / ((float)ln * (float)m->loss_terms) : 0, .ids = r->ld.idx, .step = step,
+                  .loss_scale = ln ? 1.0f / ((float)ln * (float)m->loss_terms) : 0, .y = r->ld.y, .ids = r->ld.idx, .step = step,
                   .seed = c->seed};
     if (ln > 0) {
         float l = dt_model_forward(m, r->acts, &b, NULL);

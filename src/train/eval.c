@@ -8,14 +8,14 @@
 dt_status tr_evaluate(const dt_model *m, dt_acts *a, dt_loader *ld, int B, int eval_max, dt_comm *comm,
                       dt_pipe *pipe, int share, int shares, bool counts, float *acc, float *loss) {
     double sums[3] = {0, 0, 0}; /* loss sum, correct, loss terms (or samples) */
-    bool lm = ld->d->lm;
+    bool lm = ld->d->lm, classes = !lm && m->loss_kind == DT_LOSS_XENT;
     int64_t total = dt_dataset_eval_size(ld->d, eval_max);
     int64_t lo = total * share / shares, hi = total * (share + 1) / shares;
     for (int64_t first = lo; first < hi; first += B) {
         int b = (int)((hi - first) < B ? (hi - first) : B);
         dt_loader_eval(ld, first, b);
         dt_batch batch = {.B = b, .x = ld->x, .tokens = ld->tokens, .targets = ld->targets, .loss_scale = 1.0f,
-                          .eval = true};
+                          .y = ld->y, .eval = true};
         if (pipe) {
             double l, cc;
             dt_status st = dt_pipe_eval(pipe, &batch, &l, &cc);
@@ -24,14 +24,14 @@ dt_status tr_evaluate(const dt_model *m, dt_acts *a, dt_loader *ld, int B, int e
             sums[1] += cc;
         } else {
             sums[0] += dt_model_forward(m, a, &batch, NULL);
-            if (!lm) sums[1] += dt_model_count_correct(m, a, &batch);
+            if (classes) sums[1] += dt_model_count_correct(m, a, &batch);
         }
         if (counts) sums[2] += (double)b * (lm ? ld->d->T : 1);
     }
     if (!counts) sums[0] = sums[1] = 0; /* another rank reports these samples */
     dt_status st = dt_allreduce_f64(comm, sums, 3);
     if (st) return st;
-    *acc = lm ? -1.0f : (sums[2] > 0 ? (float)(sums[1] / sums[2]) : NAN);
+    *acc = !classes ? -1.0f : (sums[2] > 0 ? (float)(sums[1] / sums[2]) : NAN);
     *loss = sums[2] > 0 ? (float)(sums[0] / sums[2]) : NAN;
     return DT_OK;
 }

@@ -281,7 +281,7 @@ dt_status dt_train_cfg_parse(const dt_flag_table *tabs, int ntabs, unsigned cmd,
     if (!st) {
         dt_model_cfg chosen = cfg->model;
         dt_train_cfg_default(cfg, chosen.kind);
-        if (chosen.kind == DT_MODEL_FILE) {
+        if (chosen.kind == DT_MODEL_FILE && chosen.file[0]) {
             /* A description's defaults follow what it reads: tokens or tensors. */
             dt_model *m = NULL;
             cfg->model = chosen;

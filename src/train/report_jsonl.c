@@ -119,7 +119,7 @@ static dt_status on_eval(void *ctx, const dt_eval_info *e) {
     if (!j->f) return DT_OK;
     json_t *o = json_object();
     set_int(o, "step", e->step);
-    if (e->lm) {
+    if (e->lm || e->acc < 0) { /* a language model or a regressor: no accuracy */
         set_real(o, "val_loss", e->loss);
     } else {
         set_real(o, "test_acc", e->acc);

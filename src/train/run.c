@@ -39,7 +39,8 @@ dt_status dt_eval_run(const dt_train_cfg *c, const char *weights, dt_train_resul
     int T = 0;
     memset(&d, 0, sizeof d);
     dt_status st = tr_model_input(c, &lm, &T);
-    if (!st) st = dt_dataset_load(&d, c->data, lm, T, c->val_frac, false);
+    dt_data_opts o = {.path = c->data, .lm = lm, .T = T, .val_frac = c->val_frac, .target = c->target};
+    if (!st) st = dt_dataset_open(&d, &o);
     if (!st) st = tr_data_fits(c, &d);
     if (!st) st = dt_model_create(&m, &c->model);
     if (!st) st = dt_weights_load(m, weights);

@@ -21,22 +21,30 @@ dt_status tr_model_input(const dt_train_cfg *c, bool *lm, int *T) {
     return DT_OK;
 }
 
+/* What the data gives against what the model takes: inputs, targets, token ids. */
 dt_status tr_data_fits(const dt_train_cfg *c, const dt_dataset *d) {
-    const dt_imageset *s = d->n_train > 0 ? &d->train : &d->test;
-    const char *dir = c->data ? c->data : d->lm ? DT_CORPUS_DEFAULT_PATH : DT_FMNIST_DEFAULT_DIR;
+    const char *src = c->data ? c->data : d->lm ? DT_CORPUS_DEFAULT_PATH : DT_FMNIST_DEFAULT_DIR;
     const char *name = dt_model_name(&c->model);
     dt_model *m = NULL;
     dt_status st = dt_model_probe(&c->model, &m);
     if (st) return st;
-    if (d->lm && m->vocab < 256)
-        st = dt_errorf(DT_ERR_SHAPE, "%s: byte tokens go up to 255 but the %s's vocabulary is %d", dir, name, m->vocab);
+    char shape[64] = "";
+    for (int i = 0, k = 0; i < d->in_ndim && k < (int)sizeof shape; i++)
+        k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%lld", i ? "x" : "", (long long)d->in_shape[i]);
+    if (d->lm && m->vocab < d->vocab)
+        st = dt_errorf(DT_ERR_SHAPE, "%s: token ids go up to %d but the %s's vocabulary is %d", src, d->vocab - 1, name, m->vocab);
+    else if (!d->lm && m->input == DT_INPUT_TOKENS)
+        st = dt_errorf(DT_ERR_SHAPE, "%s: the %s reads tokens but the data holds tensors (%s)", src, name, shape);
     else if (!d->lm && m->in_floats != d->in_dim)
-        st = dt_errorf(DT_ERR_SHAPE, "%s: images are %dx%d but the %s takes %d inputs", dir, s->rows, s->cols, name,
+        st = dt_errorf(DT_ERR_SHAPE, "%s: samples are %s (%d values) but the %s takes %d inputs (a description takes --set NAME=VALUE)", src, shape, d->in_dim, name,
                        m->in_floats);
-    else if (!d->lm && m->loss_kind != DT_LOSS_XENT)
-        st = dt_errorf(DT_ERR_SHAPE, "%s: the data has class labels but the %s's loss is mse", dir, name);
-    else if (!d->lm && m->n_classes < s->n_classes)
-        st = dt_errorf(DT_ERR_SHAPE, "%s: labels go up to %d but the %s has %d classes", dir, s->n_classes - 1, name,
+    else if (!d->lm && d->y_dim > 0 && (m->loss_kind != DT_LOSS_MSE || m->y_dim != d->y_dim))
+        st = dt_errorf(DT_ERR_SHAPE, "%s: the targets are %d float(s) per sample, but the %s's loss is %s", src, d->y_dim, name,
+                       m->loss_kind == DT_LOSS_MSE ? "mse over another width" : "cross_entropy (it needs class labels)");
+    else if (!d->lm && d->y_dim == 0 && m->loss_kind != DT_LOSS_XENT)
+        st = dt_errorf(DT_ERR_SHAPE, "%s: the data has class labels but the %s's loss is mse", src, name);
+    else if (!d->lm && m->n_classes < d->n_classes)
+        st = dt_errorf(DT_ERR_SHAPE, "%s: labels go up to %d but the %s has %d classes", src, d->n_classes - 1, name,
                        m->n_classes);
     dt_model_destroy(m);
     return st;
@@ -47,7 +55,8 @@ static dt_status setup_data(tr_run *r) {
     bool lm;
     int T;
     dt_status st = tr_model_input(c, &lm, &T);
-    if (!st) st = dt_dataset_load(&r->data, c->data, lm, T, c->val_frac, true);
+    dt_data_opts o = {.path = c->data, .lm = lm, .T = T, .val_frac = c->val_frac, .need_train = true, .target = c->target};
+    if (!st) st = dt_dataset_open(&r->data, &o);
     if (!st) st = tr_data_fits(c, &r->data);
     if (!st && r->data.n_train < 1) st = dt_errorf(DT_ERR_INVALID, "the training set is empty");
     return st;
@@ -174,7 +183,7 @@ static dt_status partition_auto(tr_run *r) {
     if (r->rank == 0) {
         dt_loader_first(&r->ld, r->micro_max);
         dt_batch pb = {.B = r->micro_max, .x = r->ld.x, .tokens = r->ld.tokens, .targets = r->ld.targets,
-                       .loss_scale = 1.0f / (float)r->micro_max, .recompute = true /* statistics untouched */};
+                       .y = r->ld.y, .loss_scale = 1.0f / (float)r->micro_max, .recompute = true /* statistics untouched */};
         st = profile_blocks(m, &pb, cost);
     }
     if (!st) st = dt_bcast(r->world, cost, (size_t)m->n_blocks * sizeof(double), 0, DT_ALGO_AUTO);
@@ -259,6 +268,7 @@ dt_status tr_setup_strategy(tr_run *r) {
     r->eB = r->data.lm ? (r->micro_max > 16 ? r->micro_max : 16) : 256;
     int cap = r->eB > r->local_max ? r->eB : r->local_max;
     if ((st = dt_loader_init(&r->ld, &r->data, cap, c->seed, r->replica, D))) return st;
+    if ((st = dt_loader_set_prefetch(&r->ld, c->prefetch))) return st;
     if ((st = setup_partition(r))) return st;
     dt_dp_cfg dcfg = c->dp;
     if (r->P > 1) {

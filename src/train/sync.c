@@ -31,7 +31,7 @@ static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float sc
     dt_status st = DT_OK;
     if (r->pipe) {
         dt_batch sb = {.B = local_n, .x = ld->x, .tokens = ld->tokens, .targets = ld->targets, .loss_scale = scale,
-                       .ids = ld->idx, .step = step, .seed = c->seed};
+                       .y = ld->y, .ids = ld->idx, .step = step, .seed = c->seed};
         double tb = dt_now();
         if ((st = dt_pipe_step(r->pipe, r->dp, &sb, m->in_floats, loss)) || (st = tp_status(m))) return st;
         *bwd_s = dt_now() - tb;
@@ -43,6 +43,7 @@ static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float sc
         int lo = (int)((int64_t)local_n * mi / c->accum), hi = (int)((int64_t)local_n * (mi + 1) / c->accum);
         dt_batch b = {.B = hi - lo, .targets = ld->targets + (size_t)lo * tper, .loss_scale = scale,
                       .ids = ld->idx + lo, .step = step, .seed = c->seed};
+        if (ld->y) b.y = ld->y + (size_t)lo * (size_t)ld->d->y_dim;
         if (ld->d->lm) b.tokens = ld->tokens + (size_t)lo * per;
         else b.x = ld->x + (size_t)lo * per;
         dt_dp_begin_backward(r->dp, mi == c->accum - 1 && !r->per_worker);

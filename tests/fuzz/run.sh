@@ -2,9 +2,12 @@
 # Fuzzes the file readers with libFuzzer + ASan + UBSan:
 #   fuzz_safetensors  dt_st_parse (checkpoints, reference tensors)
 #   fuzz_idx          dt_idx_read (IDX, plain and gzipped)
+#   fuzz_npy          dt_npy_parse, dt_npz_open, dt_csv_read, dt_tokbin_open (.npy, .npz,
+#                     CSV, llm.c token shards), each on every input
+#   fuzz_desc         dt_desc_build (model descriptions: JSON, expressions, layers)
 # Usage: tests/fuzz/run.sh [SECONDS]   (per fuzzer, default 60)
 # Builds with clang straight from the sources (no CMake), seeds each corpus from
-# tests/fixtures/*.safetensors and small IDX files made here, and runs each
+# tests/fixtures/*.safetensors and small IDX, .npy, .npz, CSV and shard files made here, and runs each
 # fuzzer with -max_len=65536. Everything goes to a mktemp -d directory
 # (FUZZ_WORKDIR overrides), removed on success and kept, with the crashing
 # input, on failure. Exit status: 0 clean, 1 a fuzzer crashed, 2 build failed.
@@ -38,14 +41,19 @@ build fuzz_safetensors "$here/fuzz_safetensors.c" "${core[@]}" "$root/src/ckpt/s
 p1=$!
 build fuzz_idx "$here/fuzz_idx.c" "${core[@]}" "$root"/src/data/*.c &
 p2=$!
-ok=1
-wait $p1 || ok=0
+wait $p1 || ok1=0
+build fuzz_npy "$here/fuzz_npy.c" "${core[@]}" "$root"/src/data/*.c &
+p3=$!
+ok=${ok1:-1}
 wait $p2 || ok=0
+wait $p3 || ok=0
+model=("$root"/src/model/*.c "$root"/src/nn/*.c)
+build fuzz_desc "$here/fuzz_desc.c" "${core[@]}" "${model[@]}" -I/usr/include/x86_64-linux-gnu/openblas-pthread -lopenblas || ok=0
 if [ $ok = 0 ]; then keep=1; exit 2; fi
 
 # ---- seed corpora ----------------------------------------------------------------
-st="$work/corpus_safetensors"; idx="$work/corpus_idx"
-mkdir -p "$st" "$idx"
+st="$work/corpus_safetensors"; idx="$work/corpus_idx"; npy="$work/corpus_npy"
+mkdir -p "$st" "$idx" "$npy"
 for f in "$root"/tests/fixtures/*.safetensors; do
     [ -f "$f" ] && [ "$(stat -c %s "$f")" -le 65536 ] && cp "$f" "$st/"
 done
@@ -87,6 +95,36 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + blob)
 PY
 fi
 
+# .npy (three header versions, several dtypes), .npz (stored, deflated, zip64 local
+# headers as np.savez writes them), CSV and an llm.c shard; plain Python, no NumPy.
+printf 'a,y,b\n1,2,3\n4.5,-6e2,"7"\n'                                   >"$npy/csv"
+printf '"x","y"\r\n1,\r\n'                                              >"$npy/csv_missing"
+if command -v python3 >/dev/null; then
+    python3 - "$npy" <<'PY'
+import io, struct, sys, zipfile
+out = sys.argv[1]
+def npy(descr, shape, raw, major=1):
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    pre = 10 if major == 1 else 12
+    hl = len(d) + 1; hl += (64 - (pre + hl) % 64) % 64
+    h = d.encode() + b" " * (hl - len(d) - 1) + b"\n"
+    lenb = struct.pack("<H", hl) if major == 1 else struct.pack("<I", hl)
+    return b"\x93NUMPY" + bytes([major, 0]) + lenb + h + raw
+arrs = {"x": npy("<f4", "(2, 3)", struct.pack("<6f", *range(6))),
+        "y": npy("<i8", "(2,)", struct.pack("<2q", 1, 0), 2),
+        "x_test": npy("|u1", "(1, 3)", b"abc", 3),
+        "y_test": npy("<f8", "(1,)", struct.pack("<d", 0.5))}
+for k, v in arrs.items():
+    open("%s/%s.npy" % (out, k), "wb").write(v)
+for name, comp in (("stored.npz", zipfile.ZIP_STORED), ("deflated.npz", zipfile.ZIP_DEFLATED)):
+    with zipfile.ZipFile("%s/%s" % (out, name), "w", comp) as z:
+        for k, v in arrs.items():
+            with z.open(k + ".npy", "w", force_zip64=True) as f:
+                f.write(v)
+open("%s/shard.bin" % out, "wb").write(struct.pack("<256i", 20240520, 1, 12, *([0] * 253)) + struct.pack("<12H", *range(12)))
+PY
+fi
+
 # Tokens of the safetensors header, so mutations stay close to valid JSON.
 dict="$work/safetensors.dict"
 for t in '"dtype"' '"shape"' '"data_offsets"' '"__metadata__"' '"F64"' '"F32"' '"F16"' \
@@ -97,7 +135,13 @@ done >"$dict"
 
 # ---- run -------------------------------------------------------------------------
 status=0
-for name in fuzz_safetensors fuzz_idx; do
+# model descriptions: the shipped ones, each behind a tp byte (1 and 2 ranks)
+desc="$work/corpus_desc"; mkdir -p "$desc"
+for f in "$root"/models/*.json; do
+    { printf '\0'; cat "$f"; } >"$desc/$(basename "$f").tp1"
+    { printf '\1'; cat "$f"; } >"$desc/$(basename "$f").tp2"
+done
+for name in fuzz_safetensors fuzz_idx fuzz_npy fuzz_desc; do
     corpus="$work/corpus_${name#fuzz_}"
     extra=()
     [ "$name" = fuzz_safetensors ] && extra=(-dict="$dict")
