@@ -72,6 +72,7 @@ if run r1 $rf; then
   run r2 -n 2 $rf && { same "resnet (SyncBatchNorm) -n 2 vs -n 1, step 1" "$(first r1)" "$(first r2)" 1e-6
                        same "resnet (SyncBatchNorm) -n 2 vs -n 1, step 8" "$ref" "$(last r2)" 1e-3; }
   run r3 -n 2 --pp 2 $rf && same "resnet --pp 2 vs -n 1" "$ref" "$(last r3)" 1e-6
+  run r4 -n 4 --pp 2 --pp-partition auto --micro-batches 2 $rf --steps 2 && ok "resnet on 2 replicas x 2 stages, partition from a profile"
   # checkpointed at step 4 on 2 ranks, resumed on 1: the running statistics travel in the checkpoint
   run rc -n 2 $rf --ckpt-dir "$tmp/rck" --ckpt-every 4 &&
     run rr $rf --resume "$tmp/rck/ckpt-0000000004" && same "resnet checkpoint of -n 2 resumed at -n 1" "$(last rc)" "$(last rr)" 1e-3
@@ -137,4 +138,10 @@ err=$("$dt" train --model "$tmp/none.json" --steps 1 2>&1 >/dev/null); rc=$?
 [ "$rc" -ne 0 ] && grep -q "cannot open the model description" <<<"$err" && ok "missing file: $err" || { fail "missing file (rc=$rc)"; indent <<<"$err"; }
 err=$("$dt" train -n 2 --tp 2 --model cnn --steps 1 2>&1 >/dev/null); rc=$?
 [ "$rc" -ne 0 ] && ok "tp on a model with no marked pairs refused: $(head -1 <<<"$err")" || fail "cnn --tp 2 ran (rc=$rc)"
+err=$("$dt" train -n 4 --model resnet --set w=4 --batch 3 --steps 1 2>&1 >/dev/null); rc=$?
+[ "$rc" -ne 0 ] && grep -q "needs at least 4 samples" <<<"$err" && ok "batch norm with ranks left without samples refused: $(head -1 <<<"$err" | cut -c1-100)" ||
+  { fail "batch norm, batch 3 on 4 ranks (rc=$rc)"; indent <<<"$err"; }
+err=$("$dt" train -n 2 --tp 2 --model "$tmp/img.json" --steps 1 2>&1 >/dev/null); rc=$?
+[ "$rc" -ne 0 ] && grep -q "marks no tensor-parallel layers" <<<"$err" && ok "tp on a description with no marks refused: $(head -1 <<<"$err" | cut -c1-120)" ||
+  { fail "tp on an unmarked description (rc=$rc)"; indent <<<"$err"; }
 finish

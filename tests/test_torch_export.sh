@@ -11,4 +11,19 @@ run m -n 2 --zero 1 --model mlp --hidden 128 --steps 60 --quiet --ckpt-dir "$tmp
 ours=$("$dt" eval --weights "$tmp/m.safetensors" 2>&1 | grep -o 'test accuracy [0-9.]*%')
 theirs=$(OMP_NUM_THREADS=1 $py "$(dirname "$0")/../tools/torch_eval.py" "$tmp/m.safetensors" 2>&1)
 [ "$ours" = "$theirs" ] && ok "dtrain: $ours; PyTorch: $theirs" || { fail "dtrain: $ours; PyTorch:"; indent <<<"$theirs"; }
+# a description (batch norm, a residual, dropout) trained on 2 ranks, evaluated by
+# the nn.Module tools/desc_torch.py builds from the same file (docs/MODELS.md's example)
+cat > "$tmp/small.json" <<'J'
+{"input": {"image": [1, 28, 28]}, "loss": "cross_entropy",
+ "layers": [{"type": "sequential", "name": "features", "layers": [
+              {"type": "conv2d", "name": "conv", "out": 8, "kernel": 3, "pad": 1, "bias": false},
+              {"type": "batchnorm2d", "name": "bn", "sync": true}, {"type": "relu"}, {"type": "maxpool2d"}]},
+            {"type": "residual", "name": "block", "layers": [{"type": "conv2d", "name": "conv", "out": 8, "kernel": 3, "pad": 1}, {"type": "silu"}]},
+            {"type": "sequential", "layers": [{"type": "global_avgpool"}, {"type": "dropout", "p": 0.1}, {"type": "linear", "name": "head", "out": 10}]}]}
+J
+if run d -n 2 --model "$tmp/small.json" --steps 30 --batch 64 --quiet; then
+  ours=$("$dt" eval --weights "$tmp/d/model.safetensors" 2>&1 | grep -o 'test accuracy [0-9.]*%')
+  theirs=$(OMP_NUM_THREADS=1 $py "$(dirname "$0")/../tools/torch_eval.py" "$tmp/d/model.safetensors" 2>&1)
+  [ -n "$ours" ] && [ "$ours" = "$theirs" ] && ok "description: dtrain $ours; PyTorch $theirs" || { fail "description: dtrain $ours; PyTorch:"; indent <<<"$theirs"; }
+fi
 finish

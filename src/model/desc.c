@@ -227,6 +227,7 @@ typedef struct walk {
     const char *what;
     int n_cap;
     int n_leaves;
+    int depth;
 } walk;
 
 static int new_layer(walk *w, dt_status *st) {
@@ -263,7 +264,10 @@ static dt_status children(walk *w, const json_t *list, const char *where, const 
     dt_layer *L = w->bd->m->layers;
     if (!json_is_array(list) || json_array_size(list) == 0)
         return dt_errorf(DT_ERR_INVALID, "%s: layer %s: \"layers\" must be a non-empty list", w->what, where);
-    int prev = -1;
+    /* seq.c walks a container's children on the stack: bound both ways */
+    if (++w->depth > DT_LAYER_MAX_DEPTH)
+        return dt_errorf(DT_ERR_INVALID, "%s: layer %s: containers nest deeper than %d", w->what, where, DT_LAYER_MAX_DEPTH);
+    int prev = -1, n = 0;
     size_t i;
     const json_t *c;
     json_array_foreach((json_t *)list, i, c) {
@@ -276,9 +280,14 @@ static dt_status children(walk *w, const json_t *list, const char *where, const 
         if (k < 0) continue; /* a repeat of nothing */
         if (prev < 0) L[parent].first = k;
         else L[prev].next = k;
-        while (L[k].next >= 0) k = L[k].next; /* a repeat returns a chain */
+        n++;
+        while (L[k].next >= 0) k = L[k].next, n++; /* a repeat returns a chain */
         prev = k;
+        if (n > DT_LAYER_MAX_CHILDREN)
+            return dt_errorf(DT_ERR_INVALID, "%s: layer %s: a container holds more than %d layers (repeats counted): "
+                             "nest them in sequentials", w->what, where, DT_LAYER_MAX_CHILDREN);
     }
+    w->depth--;
     return DT_OK;
 }
 
@@ -571,6 +580,13 @@ dt_status dt_desc_build(dt_builder *bd, const char *text, const char *what, cons
     if ((st = blocks(&w, json_object_get(root, "layers"), &sh))) goto done;
     if ((st = add_loss(&w, json_object_get(root, "loss"), &sh))) goto done;
     for (int b = 0; b < bd->m->n_blocks; b++) bd->m->blocks[b].layers = bd->m->layers;
+    if (bd->m->cfg.tp_size > 1) {
+        bool any = false;
+        for (int i = 0; i < bd->m->n_layers; i++) any |= bd->m->layers[i].tp != DT_TP_NONE;
+        if (!any)
+            st = dt_errorf(DT_ERR_INVALID, "%s: --tp %d, but the description marks no tensor-parallel layers (\"tp\": "
+                           "\"column\" and \"row\" on linears, \"pair\" on swiglu; docs/MODELS.md)", what, bd->m->cfg.tp_size);
+    }
 done:
     json_decref(root);
     if (!st && bd->st) st = bd->st;

@@ -44,6 +44,10 @@ typedef struct dt_layer_ops {
 } dt_layer_ops;
 
 enum { DT_LAYER_LEAF, DT_LAYER_SEQ, DT_LAYER_RESIDUAL };
+/* Limits the compiler enforces, because seq.c walks the tree recursively with
+ * a container's children on the stack. */
+#define DT_LAYER_MAX_CHILDREN 256
+#define DT_LAYER_MAX_DEPTH 32
 
 struct dt_layer {
     const dt_layer_ops *ops;  /* leaves */

@@ -90,10 +90,11 @@ static void backward(const dt_layer *L, int i, const dt_lctx *c, const float *in
 static void seq_backward(const dt_layer *L, int i, const dt_lctx *c, const float *in, const float *out,
                          const float *dout, float *din, const float *saved, float *scratch) {
     int B = c->batch->B;
-    int kids[256], n = 0;
-    const float *outs[256], *saves[256];
+    int kids[DT_LAYER_MAX_CHILDREN], n = 0;
+    const float *outs[DT_LAYER_MAX_CHILDREN], *saves[DT_LAYER_MAX_CHILDREN];
     const float *s = saved;
-    for (int k = L[i].first; k >= 0 && n < 256; k = L[k].next) {
+    for (int k = L[i].first; k >= 0; k = L[k].next) {
+        DT_ASSERT(n < DT_LAYER_MAX_CHILDREN); /* desc.c refuses more */
         kids[n] = k;
         outs[n] = out;
         if (L[k].next >= 0) {

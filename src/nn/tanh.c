@@ -12,12 +12,9 @@
  * n = 0 (|x| < 0.17) and without cancellation otherwise. */
 #include "core/cpu.h"
 #include "dtrain/nn.h"
+#include "vexp.h"
 
 #include <string.h>
-
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
-#define VL 16
 
 /* expm1(x) for x <= 0 (clamped at -87, where it is -1 to float precision). */
 static inline vf vexpm1_neg(vf x) {

@@ -254,10 +254,17 @@ dt_status tr_setup_strategy(tr_run *r) {
     dt_status st = setup_mesh(r);
     if (st) return st;
     if (m->has_batchnorm && r->D > 1) {
-        /* batch norm's sums run inside forward/backward, beside the buckets' thread */
-        if ((st = dt_comm_split(r->dpc, 0, dt_comm_rank(r->dpc), &r->bnc))) return st;
-        dt_comm_set_timeout(r->bnc, c->timeout);
-        dt_model_set_dp(m, r->bnc);
+        /* Batch norm sums over the replicas in every forward: each must have rows
+         * in every (micro-)batch, the epoch's short last batch included. */
+        int64_t need = (int64_t)r->D * (r->P > 1 ? c->pipe.micro_batches : c->accum), tail = r->data.n_train % c->batch;
+        if (c->batch < need || (tail && tail < need))
+            return dt_errorf(DT_ERR_INVALID, "the %s's batch norm runs over %d data-parallel ranks, so every (micro-)batch "
+                             "needs at least %lld samples, the epoch's last one too (%lld here): choose a --batch that "
+                             "divides %lld or leaves at least %lld", dt_model_name(&m->cfg), r->D, (long long)need,
+                             (long long)(tail ? tail : c->batch), (long long)r->data.n_train, (long long)need);
+        if (c->balance_dynamic)
+            return dt_errorf(DT_ERR_INVALID, "--balance dynamic may leave a rank without samples, which batch norm over "
+                             "the data-parallel ranks cannot take");
     }
     int B = c->batch, D = r->D;
     /* Largest shard of a global batch: with dynamic balance a worker may get all of it. */
@@ -270,6 +277,14 @@ dt_status tr_setup_strategy(tr_run *r) {
     if ((st = dt_loader_init(&r->ld, &r->data, cap, c->seed, r->replica, D))) return st;
     if ((st = dt_loader_set_prefetch(&r->ld, c->prefetch))) return st;
     if ((st = setup_partition(r))) return st;
+    if (m->has_batchnorm && r->D > 1) {
+        /* Batch norm's sums run inside forward/backward, beside the buckets' thread:
+         * a communicator of their own; set after the partition's profile, which
+         * rank 0 runs alone. */
+        if ((st = dt_comm_split(r->dpc, 0, dt_comm_rank(r->dpc), &r->bnc))) return st;
+        dt_comm_set_timeout(r->bnc, c->timeout);
+        dt_model_set_dp(m, r->bnc);
+    }
     dt_dp_cfg dcfg = c->dp;
     if (r->P > 1) {
         dcfg.first_block = r->part.first[r->stage];

@@ -1,0 +1,38 @@
+/* Private to src/nn: 16-lane float vectors (GCC/Clang vector extensions,
+ * lowered to whatever ISA -march or a DT_HOT clone gives) and Cephes' exp on
+ * them: range reduction and a degree-6 polynomial (~2 ulp), the argument
+ * clamped to [-87, 88] so it never overflows. Shared by the activation kernels
+ * (gelu.c, silu.c, tanh.c), where a scalar libm call per element would cost
+ * more than the whole vectorised layer. */
+#ifndef DT_NN_VEXP_H
+#define DT_NN_VEXP_H
+
+#include <stdint.h>
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+#define VL 16
+
+static inline vf vsel(vi mask, vf a, vf b) { return (vf)((mask & (vi)a) | (~mask & (vi)b)); }
+
+static inline vf vexp(vf x) {
+    const vf lo = x - x - 87.0f, hi = x - x + 88.0f;
+    x = vsel(x < lo, lo, x);
+    x = vsel(x > hi, hi, x);
+    /* Round x*log2(e) to nearest with the 1.5*2^23 trick: the low mantissa bits
+     * of t then hold n as an integer. */
+    const float magic = 12582912.0f;
+    vf t = x * 1.44269504088896341f + magic;
+    vf n = t - magic;
+    vi ni = (vi)t - (vi)(t - t + magic);
+    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vf p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    vf y = p * r * r + r + 1.0f;
+    return y * (vf)((ni + 127) << 23);
+}
+
+#endif
