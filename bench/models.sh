@@ -31,7 +31,7 @@ acc=$(grep -o '"test_acc":[0-9.]*' "$out/resnet/metrics.jsonl" | tail -1 | cut -
 lg=$(grep -o '"val_loss":[0-9.]*' "$out/gpt/metrics.jsonl" | tail -1 | cut -d: -f2)
 ll=$(grep -o '"val_loss":[0-9.]*' "$out/llama/metrics.jsonl" | tail -1 | cut -d: -f2)
 params() { grep -o '"params":[0-9]*' "$1/metrics.jsonl" | head -1 | cut -d: -f2; }
-curve() { grep -o '"step":[0-9]*,"val_loss":[0-9.]*' "$1/metrics.jsonl" | sed 's/"step"://; s/,"val_loss":/ /' | awk '{ printf "%s%d: %.3f", NR > 1 ? ", " : "", $1, $2 }'; }
+curve() { grep -o '"step":[0-9]*,"val_loss":[0-9.]*' "$1/metrics.jsonl" | sed 's/"step"://; s/,"val_loss":/ /' | awk '{ printf "%s%d: %.3f", (NR > 1 ? ", " : ""), $1, $2 }'; }
 echo
 echo "| run | command | result | bar |"
 echo "|---|---|---|---|"
