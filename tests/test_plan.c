@@ -71,9 +71,170 @@ static void pipelines(void) {
     test_cond("M 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 2, 0, uf, ub, 0, NULL) < 0);
 }
 
+/* Narayanan et al. 2021 (arXiv 2104.04473), Table 1: GPT, s 2048, V 51200, on
+ * DGX A100 nodes. Micro-batch, interleaving (layers per chunk) and DDP from
+ * Megatron-LM's examples/sc21/run_table_1.sh, which reproduces the table. */
+typedef struct table1_row {
+    double billions;                /* as printed */
+    int heads, hidden, layers, tp, pp, gpus, batch;
+    double tflops, pct, pflops;     /* per GPU, of peak, aggregate: as printed */
+    int micro, chunks, torch_ddp;
+} table1_row;
+
+static const table1_row table1[10] = {
+    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 44, 4.4, 16, 1, 1},
+    {3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 44, 8.8, 16, 1, 1},
+    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 46, 18.2, 16, 1, 1},
+    {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 43, 34.6, 8, 1, 1},
+    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 44, 70.8, 4, 1, 0},
+    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 45, 143.8, 2, 3, 0},    /* 5 layers a chunk */
+    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 47, 227.1, 2, 2, 0},   /* 5 */
+    {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 50, 297.4, 1, 2, 0}, /* 3 */
+    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 52, 410.2, 1, 3, 0},/* 1 */
+    {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 52, 502.0, 1, 1, 0},
+};
+
+static void table1_case(const table1_row *r, dt_plan_scale_gpt *g, dt_plan_scale_layout *l) {
+    *g = (dt_plan_scale_gpt){.layers = r->layers, .hidden = r->hidden, .heads = r->heads, .seq = 2048, .vocab = 51200};
+    *l = (dt_plan_scale_layout){.tp = r->tp, .pp = r->pp, .dp = r->gpus / (r->tp * r->pp), .micro = r->micro,
+                                .batch = r->batch, .chunks = r->chunks, .dp_overlap = r->torch_ddp};
+}
+
+/* Predicts every row with e fitted on row 0; returns how many are within 15%. */
+static int table1_predict(const dt_plan_scale_hw *base, bool print, double *e_out) {
+    dt_plan_scale_gpt g;
+    dt_plan_scale_layout l;
+    dt_plan_scale_hw hw = *base;
+    table1_case(&table1[0], &g, &l);
+    test_cond("Table 1: e fitted on row 1", dt_plan_scale_fit(&g, &l, &hw, table1[0].tflops * 1e12, &hw.gemm_eff) == DT_OK);
+    *e_out = hw.gemm_eff;
+    int within = 0;
+    if (print)
+        printf("| params (B) | t | p | d | b | v | m | reported TFLOP/s | predicted | error | bubble | tp | memory-bound |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < 10; i++) {
+        const table1_row *r = &table1[i];
+        dt_plan_scale_pred pr;
+        table1_case(r, &g, &l);
+        test_cond("Table 1: predicted", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_OK);
+        double x = pr.flops_per_gpu / 1e12, err = (x - r->tflops) / r->tflops;
+        within += fabs(err) <= 0.15;
+        if (print)
+            printf("| %.1f | %d | %d | %d | %d | %d | %d | %.0f | %.1f | %+.1f%% | %.1f%% | %.1f%% | %.1f%% |\n", r->billions,
+                   l.tp, l.pp, l.dp, l.micro, l.chunks, pr.micro_batches, r->tflops, x, 100 * err,
+                   100 * pr.bubble_s / pr.iter_s, 100 * pr.tp_s / pr.iter_s, 100 * pr.memory_s / pr.iter_s);
+    }
+    return within;
+}
+
+static void megatron_table1(void) {
+    /* eq. 3 for row 1 by hand: 96 B s l h^2 + 16 B s^2 l h + 6 B s h V with B 512,
+     * s 2048, l 24, h 2304, V 51200: 15466830067924992 (an exact double) */
+    dt_plan_scale_gpt g;
+    dt_plan_scale_layout l;
+    table1_case(&table1[0], &g, &l);
+    double F = dt_plan_scale_flops(&g, 512);
+    printf("eq. 3, row 1: %.17g (hand: 15466830067924992)\n", F);
+    test_cond("eq. 3 by hand", fabs(F - 15466830067924992.0) <= 16);
+    /* the transcription: eq. 2 rounds to the printed size, n x TFLOP/s to the
+     * printed aggregate (within the per-GPU figure's rounding), TFLOP/s / 312 to
+     * the printed percentage */
+    for (int i = 0; i < 10; i++) {
+        const table1_row *r = &table1[i];
+        table1_case(r, &g, &l);
+        test_cond("Table 1: eq. 2 gives the printed size", fabs(dt_plan_scale_params(&g) / 1e9 - r->billions) < 0.0501);
+        test_cond("Table 1: aggregate", fabs(r->gpus * r->tflops / 1e3 - r->pflops) <= r->gpus * 0.5e-3 + 0.05);
+        test_cond("Table 1: percentage of peak", fabs(100 * r->tflops / 312 - r->pct) <= 0.5 + 100 * 0.5 / 312);
+        test_cond("Table 1: a whole layout", l.dp * l.tp * l.pp == r->gpus && r->batch % (l.micro * l.dp) == 0);
+    }
+
+    dt_plan_scale_hw hw;
+    dt_plan_scale_dgx_a100(&hw);
+    double e;
+    int within = table1_predict(&hw, true, &e);
+    printf("GEMM efficiency fitted on row 1: e = %.4f (%.1f TFLOP/s); %d of 10 rows within 15%%\n", e, e * 312, within);
+    test_cond("Table 1: at least 5 rows within 15%", within >= 5);
+    table1_case(&table1[0], &g, &l);
+    hw.gemm_eff = e;
+    dt_plan_scale_pred pr;
+    dt_plan_scale_predict(&g, &l, &hw, &pr);
+    test_cond("the fitted e reproduces row 1", fabs(pr.flops_per_gpu - 137e12) < 1e-6 * 137e12);
+
+    /* the same without the memory-bound operations (HBM infinitely fast) */
+    dt_plan_scale_hw gemm_only = hw;
+    gemm_only.hbm_bw = INFINITY;
+    double e0;
+    int within0 = table1_predict(&gemm_only, false, &e0);
+    printf("GEMMs only (no memory-bound term): e = %.4f, %d of 10 rows within 15%%\n", e0, within0);
+}
+
+static void scale_closed_forms(void) {
+    /* nothing but GEMMs (free links and memory, one replica): the prediction is e x peak */
+    dt_plan_scale_gpt g = {.layers = 8, .hidden = 256, .heads = 4, .seq = 128, .vocab = 1000};
+    dt_plan_scale_layout l = {.tp = 1, .pp = 1, .dp = 1, .micro = 2, .batch = 8, .chunks = 1};
+    dt_plan_scale_hw hw = {.peak = 100e12, .gemm_eff = 0.5, .hbm_bw = INFINITY, .per_node = 8};
+    dt_plan_scale_pred pr;
+    test_cond("GEMMs only: predicted", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_OK);
+    printf("GEMMs only: %.6g FLOP/s (hand: 5e13), %d micro-batches\n", pr.flops_per_gpu, pr.micro_batches);
+    test_cond("GEMMs only: e x peak", fabs(pr.flops_per_gpu - 50e12) < 1e-9 * 50e12 && pr.micro_batches == 4);
+
+    /* 4 stages, 4 micro-batches of 1: S = 2 layers x 96 b s h^2 (1 + s/6h) / rate, the
+     * last stage adds 6 b s h V / rate; iteration 4 S_last + 3 S */
+    l = (dt_plan_scale_layout){.tp = 1, .pp = 4, .dp = 1, .micro = 1, .batch = 4, .chunks = 1};
+    test_cond("4 stages: predicted", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_OK);
+    double rate = 50e12, S = 2 * 96.0 * 128 * 256 * 256 * (1 + 128.0 / (6 * 256)) / rate;
+    double last = S + 6.0 * 128 * 256 * 1000 / rate, want = 4 * last + 3 * S;
+    printf("4 stages: %.6g s (hand %.6g)\n", pr.iter_s, want);
+    test_cond("4 stages: 4 S_last + 3 S", fabs(pr.iter_s - want) < 1e-12 * want);
+    l.chunks = 2;
+    test_cond("interleaved: 4 S_last + 3/2 S",
+              dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_OK && fabs(pr.iter_s - (4 * last + 1.5 * S)) < 1e-12 * want);
+
+    /* the closed-form pipeline against the simulated 1F1B (dt_plan_pipeline) for the
+     * Table 1 rows without interleaving, stage times from the prediction */
+    dt_plan_scale_dgx_a100(&hw);
+    hw.gemm_eff = 0.6;
+    const int rows[2] = {4, 9};
+    for (int k = 0; k < 2; k++) {
+        table1_case(&table1[rows[k]], &g, &l);
+        test_cond("pipeline check: predicted", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_OK);
+        int P = l.pp, M = pr.micro_batches;
+        double f[64], b[64], Sm = pr.bubble_s / (P - 1);
+        for (int s = 0; s < P; s++) {
+            double st = s == P - 1 ? pr.stage_s : Sm;
+            f[s] = st / 4, b[s] = 3 * st / 4;
+        }
+        double sim = dt_plan_pipeline(DT_PLAN_1F1B, P, M, f, b, 0, NULL);
+        double closed = M * pr.stage_s + (P - 1) * Sm;
+        printf("%.1fB, P %d, M %d: closed form %.4f s, simulated 1F1B %.4f s\n", table1[rows[k]].billions, P, M, closed, sim);
+        test_cond("pipeline check: within 1%", fabs(closed - sim) < 0.01 * sim);
+    }
+
+    /* refusals */
+    table1_case(&table1[5], &g, &l);
+    l.chunks = 4; /* 60 layers on 4 stages: 15 a stage, not 4 chunks */
+    test_cond("chunks that do not divide refused", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_ERR_INVALID);
+    l.chunks = 3;
+    l.batch = 1800; /* 28.1 micro-batches */
+    test_cond("batch not a multiple refused", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_ERR_INVALID);
+    l.batch = 64 * 30; /* m 30, not a multiple of 4: no interleaving */
+    test_cond("interleaving needs m % p == 0", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_ERR_INVALID);
+    l.chunks = 1;
+    test_cond("the same without interleaving runs", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_OK);
+    l.tp = 16, l.dp = 16; /* tp across nodes */
+    test_cond("tp across nodes refused", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_ERR_INVALID);
+    table1_case(&table1[0], &g, &l);
+    hw.gemm_eff = 1.5;
+    test_cond("e above 1 refused", dt_plan_scale_predict(&g, &l, &hw, &pr) == DT_ERR_INVALID);
+    double e;
+    test_cond("unreachable FLOP/s refused", dt_plan_scale_fit(&g, &l, &hw, 400e12, &e) == DT_ERR_INVALID);
+}
+
 int main(void) {
     zero_figure();
     shares();
     pipelines();
+    megatron_table1();
+    scale_closed_forms();
     return test_report();
 }

@@ -138,6 +138,9 @@ struct dt_block {
     dt_status *tp_err;          /* where a failed tp or dp collective is recorded */
     const struct dt_layer *layers; /* the model's layers (private, src/model/layer.h) */
     int root;                   /* this block's tree in them */
+    /* For a planner, per sample of a training step on this rank (its tp shard):
+     * GEMM FLOPs, and bytes its tensor-parallel all-reduces carry. */
+    int64_t flops, tp_bytes;
 };
 
 struct dt_model {

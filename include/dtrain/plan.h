@@ -12,7 +12,9 @@
 #ifndef DTRAIN_PLAN_H
 #define DTRAIN_PLAN_H
 
+#include "dtrain/comm.h"
 #include "dtrain/core.h"
+#include "dtrain/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,6 +60,130 @@ typedef enum { DT_PLAN_GPIPE, DT_PLAN_1F1B } dt_plan_sched;
  * negative value for P < 1, M < 1 or P*M above 1 << 20. */
 double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, const double *bwd, double p2p,
                         double *busy);
+
+/* ---- clusters and layouts -------------------------------------------------------
+ * A cluster description (JSON, docs/PLANNING.md): hosts x ranks per host, what a
+ * rank computes (GEMM FLOP/s), its memory, each link level's latency and
+ * bandwidth, optional per-host speed factors. */
+#define DT_PLAN_MAX_HOSTS 4096
+typedef struct dt_plan_cluster {
+    int hosts, per_host;
+    double flops;              /* FLOP/s a rank reaches on the model's GEMMs */
+    double memory;             /* bytes per rank */
+    dt_cost_model links;       /* alpha (s), beta (s/byte) inside a host and across */
+    double optim_s_per_param;  /* the optimizer's update, seconds per parameter */
+    int cores;                 /* cores per host: more ranks than cores share them */
+    double speed[DT_PLAN_MAX_HOSTS]; /* per-host factors on flops (1: as given) */
+} dt_plan_cluster;
+
+/* Reads a cluster description; one line naming the file and the field on error. */
+dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *out);
+/* Writes c as a description (the format dt_plan_cluster_read reads). */
+dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c);
+/* FLOP/s one process reaches on the model's training step: a step of batch B
+ * on a synthetic batch, timed (the median of 3 after one warm-up) against the
+ * model's GEMM FLOPs (calibrate.c). */
+dt_status dt_plan_calibrate_flops(const dt_model_cfg *mc, int B, double *flops);
+
+typedef struct dt_plan_layout {
+    int dp, tp, pp, zero, micro;   /* micro: micro-batches per step (pipeline) */
+    dt_plan_sched sched;
+    bool recompute;
+} dt_plan_layout;
+
+typedef struct dt_plan_pred {
+    dt_plan_layout l;
+    double step_s;             /* predicted seconds per step */
+    double compute_s;          /* the busiest stage's forward and backward */
+    double bubble_s;           /* the schedule's idle time on that stage (with transfers) */
+    double tp_s;               /* tensor-parallel all-reduces on the busiest stage */
+    double dp_s;               /* exposed gradient reduction (after backward's overlap) */
+    double zero_s;             /* ZeRO's parameter all-gather */
+    double optim_s;
+    dt_plan_mem mem;           /* the rank of the stage that needs the most */
+    bool fits;                 /* mem.total <= the cluster's memory */
+} dt_plan_pred;
+
+typedef struct dt_plan_in {
+    const dt_model_cfg *model; /* the model (its tp fields are set per layout) */
+    int batch;                 /* global batch */
+    bool adam;                 /* AdamW (8 bytes of state per parameter) or SGD momentum (4) */
+    const dt_plan_cluster *cluster;
+} dt_plan_in;
+
+/* Predicts one layout on the whole cluster: DT_ERR_INVALID (one line) when it
+ * cannot run there (degrees that do not divide the world, tp the model does not
+ * mark, more stages than blocks, a batch smaller than dp x micro-batches). */
+dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan_pred *out);
+/* Every valid layout of the cluster's world (dp x tp x pp with tp inside a
+ * host; ZeRO 0-2; 1-16 micro-batches, GPipe and 1F1B, recompute or not when
+ * pp > 1), fitting ones first, then by predicted step time. *out is malloc'd
+ * (dt_free), *n its length; DT_ERR_INVALID when none is valid. */
+dt_status dt_plan_layouts(const dt_plan_in *in, dt_plan_pred **out, int *n);
+
+/* ---- at scale ---------------------------------------------------------------------
+ * A GPT layout on a GPU cluster (src/plan/scale.c): achieved FLOP/s per GPU of
+ * Megatron-LM's tensor x pipeline x data parallelism with full recomputation,
+ * predicted in closed form from the model, the layout and the hardware, with one
+ * fitted constant, the fraction of peak the GEMMs reach. Checked against
+ * Narayanan et al. 2021, Table 1 (docs/BENCHMARKS.md). */
+typedef struct dt_plan_scale_gpt {
+    int layers, hidden, heads, seq, vocab;
+} dt_plan_scale_gpt;
+
+typedef struct dt_plan_scale_layout {
+    int tp, pp, dp;   /* degrees; tp inside a node; the GPUs are tp x pp x dp */
+    int micro;        /* b: sequences per micro-batch */
+    int batch;        /* B: sequences per iteration, a multiple of micro x dp */
+    int chunks;       /* v: model chunks per stage (interleaved 1F1B); 1: plain 1F1B */
+    bool dp_overlap;  /* gradient all-reduce overlapped with the last backward (PyTorch
+                       * DDP) or run after the pipeline (Megatron's local DDP) */
+} dt_plan_scale_layout;
+
+typedef struct dt_plan_scale_hw {
+    double peak;         /* FLOP/s per GPU, dense 16-bit */
+    double gemm_eff;     /* e: the fraction of peak the GEMMs reach, in (0, 1] */
+    double hbm_bw;       /* bytes/s per GPU for the memory-bound operations */
+    int per_node;        /* GPUs per node */
+    dt_link_cost intra;  /* alpha (s), beta (s/byte, one direction) of a GPU inside its node */
+    dt_link_cost inter;  /* of a GPU's own NIC across nodes */
+} dt_plan_scale_hw;
+
+typedef struct dt_plan_scale_pred {
+    double flops;         /* eq. 3 of the paper: model FLOPs per iteration */
+    double iter_s;        /* predicted seconds per iteration */
+    double flops_per_gpu; /* flops / (GPUs x iter_s), what Table 1 reports */
+    double stage_s;       /* the heaviest stage's micro-batch, forward and backward */
+    /* one iteration on the heaviest stage's GPU, in seconds: */
+    double gemm_s, memory_s, tp_s, p2p_s; /* over its m micro-batches */
+    double bubble_s;      /* fill and drain */
+    double dp_s;          /* exposed gradient all-reduce */
+    double optim_s;
+    int micro_batches;    /* m = batch / (micro x dp) */
+} dt_plan_scale_pred;
+
+/* FLOPs of one iteration of `batch` sequences with activation recomputation,
+ * 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (Narayanan et al. 2021, eq. 3). */
+double dt_plan_scale_flops(const dt_plan_scale_gpt *g, double batch);
+/* Parameters, 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) (the same paper, eq. 2). */
+double dt_plan_scale_params(const dt_plan_scale_gpt *g);
+/* Fills *hw with a DGX A100 (80 GB) cluster: 312 TFLOP/s, 2.039 TB/s HBM, 8 GPUs
+ * a node on NVSwitch (300 GB/s each way), one 200 Gbit/s InfiniBand NIC per GPU
+ * (25 GB/s each way); gemm_eff 0, to be fitted. */
+void dt_plan_scale_dgx_a100(dt_plan_scale_hw *hw);
+/* Predicts one iteration (the model is in scale.c's opening comment) into *out.
+ * DT_ERR_INVALID (one line) for sizes or degrees below 1, heads or layers that
+ * do not split, a batch that is not a multiple of micro x dp, interleaving with
+ * micro-batches not a multiple of pp, tp not dividing a node, or hardware
+ * constants out of range. */
+dt_status dt_plan_scale_predict(const dt_plan_scale_gpt *g, const dt_plan_scale_layout *l, const dt_plan_scale_hw *hw,
+                                dt_plan_scale_pred *out);
+/* The GEMM efficiency e at which the prediction for (g, l) on hw (its gemm_eff
+ * ignored) equals flops_per_gpu, into *gemm_eff (to ~1e-15). DT_ERR_INVALID as
+ * dt_plan_scale_predict, or when flops_per_gpu is not positive or out of reach
+ * at e = 1. */
+dt_status dt_plan_scale_fit(const dt_plan_scale_gpt *g, const dt_plan_scale_layout *l, const dt_plan_scale_hw *hw,
+                            double flops_per_gpu, double *gemm_eff);
 
 #ifdef __cplusplus
 }

@@ -49,7 +49,16 @@ dt_status dt_ls_fail(dt_lsetup *s, const char *fmt, ...) {
 dt_status dt_ls_status(const dt_lsetup *s) { return s->st; }
 int dt_ls_tp_size(const dt_lsetup *s) { return s->bd->m->cfg.tp_size > 1 ? s->bd->m->cfg.tp_size : 1; }
 int dt_ls_tp_rank(const dt_lsetup *s) { return s->bd->m->cfg.tp_size > 1 ? s->bd->m->cfg.tp_rank : 0; }
-void dt_ls_flops(dt_lsetup *s, int64_t flops) { s->bd->m->flops_per_sample += flops; }
+void dt_ls_flops(dt_lsetup *s, int64_t flops) {
+    dt_model *m = s->bd->m;
+    m->flops_per_sample += flops;
+    if (m->n_blocks > 0) m->blocks[m->n_blocks - 1].flops += flops;
+}
+
+void dt_ls_tp_bytes(dt_lsetup *s, int64_t bytes) {
+    dt_model *m = s->bd->m;
+    if (m->n_blocks > 0 && dt_ls_tp_size(s) > 1) m->blocks[m->n_blocks - 1].tp_bytes += bytes;
+}
 
 void dt_ls_buffers(dt_lsetup *s, int n) {
     dt_model *m = s->bd->m;

@@ -91,6 +91,8 @@ int dt_ls_tp_rank(const dt_lsetup *s);
 void dt_ls_buffers(dt_lsetup *s, int n);
 /* Adds FLOPs per sample of one training step (forward and backward). */
 void dt_ls_flops(dt_lsetup *s, int64_t flops);
+/* Adds the bytes per sample a step's tensor-parallel all-reduces carry (no-op without tp). */
+void dt_ls_tp_bytes(dt_lsetup *s, int64_t bytes);
 dt_status dt_ls_status(const dt_lsetup *s);
 
 /* A leaf type: its ops, and setup, which reads the attributes, fills l->d/f,

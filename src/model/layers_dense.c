@@ -100,6 +100,8 @@ static dt_status lin_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_sha
         else l->off[1] = dt_ls_param(s, "bias", 1, bs, DT_INIT_UNIFORM, bound, false, DT_SPLIT_NONE, 0, NULL, NULL);
     }
     dt_ls_flops(s, (l->reads_batch ? 4 : 6) * l->rows * ICl * OCl);
+    if (mode == DT_TP_COLUMN) dt_ls_tp_bytes(s, 4 * l->rows * IC);  /* f: the input's gradient */
+    if (mode == DT_TP_ROW) dt_ls_tp_bytes(s, 4 * l->rows * OC);     /* g: the output */
     out->d[out->nd - 1] = OCl;
     out->split = mode == DT_TP_COLUMN;
     return dt_ls_status(s);

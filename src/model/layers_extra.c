@@ -160,6 +160,7 @@ static dt_status swi_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_sha
     l->off[1] = dt_ls_param(s, "up_proj.weight", 2, up, DT_INIT_UNIFORM, bi, false, split_in, np, &ps, &Fl);
     l->off[2] = dt_ls_param(s, "down_proj.weight", 2, down, DT_INIT_UNIFORM, bo, false, split_out, np, &ps, &Fl);
     dt_ls_flops(s, 18 * l->rows * C * Fl);
+    if (T > 1) dt_ls_tp_bytes(s, 2 * 4 * l->rows * C); /* g forward, f backward */
     return dt_ls_status(s);
 }
 

@@ -578,6 +578,7 @@ static const char *main_help =
     "  eval     evaluate saved weights; 'dtrain eval --help'\n"
     "  rl       reinforcement learning, actor ranks and a learner (cartpole); 'dtrain rl --help'\n"
     "  bench allreduce   collective bandwidth table; 'dtrain bench allreduce --help'\n"
+    "  plan     predict and rank the layouts of a cluster; 'dtrain plan --help'\n"
     "  diff A B [--rtol R] [--atol A]   compare two weights files\n"
     "  inspect CKPT         verify every checksum of a checkpoint and print what it holds\n"
     "  export CKPT --out F  write a checkpoint's weights as a plain safetensors file\n";
@@ -595,10 +596,11 @@ int main(int argc, char **argv) {
         return dt_cli_bench_allreduce(argc - 3, argv + 3);
     }
     if (strcmp(argv[1], "rl") == 0) return dt_cli_rl(argc, argv);
+    if (strcmp(argv[1], "plan") == 0) return dt_cli_plan(argc - 2, argv + 2);
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 2, argv + 2);
     if (strcmp(argv[1], "diff") == 0) return cmd_diff(argc - 2, argv + 2);
     if (strcmp(argv[1], "inspect") == 0) return cmd_inspect(argc - 2, argv + 2);
     if (strcmp(argv[1], "export") == 0) return cmd_export(argc - 2, argv + 2);
-    fprintf(stderr, "dtrain: unknown command '%s' (commands: train, eval, bench, diff, inspect, export; see 'dtrain --help')\n", argv[1]);
+    fprintf(stderr, "dtrain: unknown command '%s' (commands: train, eval, rl, plan, bench, diff, inspect, export; see 'dtrain --help')\n", argv[1]);
     return EXIT_USAGE;
 }

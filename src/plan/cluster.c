@@ -1,0 +1,101 @@
+/* A cluster description (plan.h, docs/PLANNING.md):
+ *   {"hosts": 2, "ranks_per_host": 2, "gflops": 60, "memory_gb": 12,
+ *    "local": {"latency_us": 2, "bandwidth_gbit": 40},
+ *    "cross": {"latency_us": 50, "bandwidth_gbit": 1},
+ *    "optim_ns_per_param": 1, "cores": 2, "gamma_ns_per_byte": 0.14, "speed": [1, 0.5]}
+ * Bandwidths in Gbit/s, as links are sold; optional: "speed" one factor per
+ * host on its ranks' FLOP/s, "cores" per host (ranks beyond it share them),
+ * "gamma_ns_per_byte" the cost of summing a byte in a reduction. */
+#include "dtrain/plan.h"
+
+#include <jansson.h>
+#include <string.h>
+
+static dt_status num(const char *path, const json_t *o, const char *key, double lo, double hi, double def,
+                     double *out) {
+    const json_t *v = json_object_get(o, key);
+    if (!v && def >= 0) {
+        *out = def;
+        return DT_OK;
+    }
+    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi)
+        return dt_errorf(DT_ERR_INVALID, "%s: \"%s\" must be a number in [%g, %g]", path, key, lo, hi);
+    *out = json_number_value(v);
+    return DT_OK;
+}
+
+static dt_status link_cost(const char *path, const json_t *o, const char *key, dt_link_cost *l) {
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_object(v))
+        return dt_errorf(DT_ERR_INVALID, "%s: \"%s\" must be {\"latency_us\": L, \"bandwidth_gbit\": B}", path, key);
+    double lat = 0, bw = 1;
+    char k1[48], k2[48];
+    snprintf(k1, sizeof k1, "%s.latency_us", key);
+    snprintf(k2, sizeof k2, "%s.bandwidth_gbit", key);
+    dt_status st = num(k1, v, "latency_us", 0, 1e6, -1, &lat);
+    if (!st) st = num(k2, v, "bandwidth_gbit", 1e-6, 1e6, -1, &bw);
+    if (st) return dt_errorf(DT_ERR_INVALID, "%s: %s", path, dt_error_msg());
+    l->alpha = lat * 1e-6;
+    l->beta = 8.0 / (bw * 1e9);
+    return DT_OK;
+}
+
+dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
+    memset(c, 0, sizeof *c);
+    json_error_t err;
+    json_t *o = json_load_file(path, 0, &err);
+    if (!o && err.line < 1) return dt_errorf(DT_ERR_IO, "%s: %s", path, err.text);
+    if (!o) return dt_errorf(DT_ERR_FORMAT, "%s: not a cluster description: %s (line %d)", path, err.text, err.line);
+    double hosts = 0, per = 0, gf = 0, gb = 0, ons = 0;
+    dt_status st = num(path, o, "hosts", 1, DT_PLAN_MAX_HOSTS, -1, &hosts);
+    if (!st) st = num(path, o, "ranks_per_host", 1, 4096, -1, &per);
+    if (!st) st = num(path, o, "gflops", 1e-3, 1e9, -1, &gf);
+    if (!st) st = num(path, o, "memory_gb", 1e-3, 1e9, -1, &gb);
+    if (!st) st = num(path, o, "optim_ns_per_param", 0, 1e6, 1.0, &ons);
+    double cores = 0, gamma = 0;
+    if (!st) st = num(path, o, "cores", 1, 1 << 20, 0, &cores);
+    if (!st) st = num(path, o, "gamma_ns_per_byte", 0, 1e6, 0, &gamma);
+    if (!st) st = link_cost(path, o, "local", &c->links.local);
+    if (!st) st = link_cost(path, o, "cross", &c->links.cross);
+    if (!st && (hosts != (int)hosts || per != (int)per))
+        st = dt_errorf(DT_ERR_INVALID, "%s: \"hosts\" and \"ranks_per_host\" must be integers", path);
+    if (!st) {
+        c->hosts = (int)hosts;
+        c->per_host = (int)per;
+        c->flops = gf * 1e9;
+        c->memory = gb * 1e9;
+        c->optim_s_per_param = ons * 1e-9;
+        c->cores = cores > 0 ? (int)cores : c->per_host;
+        c->links.gamma = gamma * 1e-9;
+        for (int h = 0; h < c->hosts; h++) c->speed[h] = 1.0;
+    }
+    const json_t *sp = json_object_get(o, "speed");
+    if (!st && sp) {
+        if (!json_is_array(sp) || (int)json_array_size(sp) != c->hosts)
+            st = dt_errorf(DT_ERR_INVALID, "%s: \"speed\" must list one factor per host (%d)", path, c->hosts);
+        for (int h = 0; !st && h < c->hosts; h++) {
+            const json_t *v = json_array_get(sp, (size_t)h);
+            if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 1e3)
+                st = dt_errorf(DT_ERR_INVALID, "%s: speed[%d] must be a positive number", path, h);
+            else c->speed[h] = json_number_value(v);
+        }
+    }
+    json_decref(o);
+    return st;
+}
+
+dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c) {
+    json_t *sp = json_array();
+    for (int h = 0; h < c->hosts; h++) json_array_append_new(sp, json_real(c->speed[h]));
+    json_t *o = json_pack("{s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:{s:f,s:f},s:{s:f,s:f},s:o}", "hosts", c->hosts, "ranks_per_host",
+                          c->per_host, "cores", c->cores, "gflops", c->flops / 1e9, "memory_gb", c->memory / 1e9,
+                          "optim_ns_per_param", c->optim_s_per_param * 1e9, "gamma_ns_per_byte", c->links.gamma * 1e9,
+                          "local", "latency_us", c->links.local.alpha * 1e6, "bandwidth_gbit",
+                          c->links.local.beta > 0 ? 8.0 / c->links.local.beta / 1e9 : 1e6, "cross", "latency_us",
+                          c->links.cross.alpha * 1e6, "bandwidth_gbit",
+                          c->links.cross.beta > 0 ? 8.0 / c->links.cross.beta / 1e9 : 1e6, "speed", sp);
+    if (!o) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    int rc = json_dump_file(o, path, JSON_INDENT(1));
+    json_decref(o);
+    return rc ? dt_errorf(DT_ERR_IO, "%s: cannot write the cluster description", path) : DT_OK;
+}

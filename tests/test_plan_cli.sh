@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# dtrain plan (issue 16): every layout of a cluster predicted and ranked, the
+# best one's command line; --json for tools; one clear line for every bad input.
+# The predictions' accuracy against measured runs is the benchmark's to show.
+source "$(dirname "$0")/lib.sh" "$@"
+cat > "$tmp/c.json" <<'J'
+{"hosts": 2, "ranks_per_host": 2, "gflops": 50, "memory_gb": 12,
+ "local": {"latency_us": 5, "bandwidth_gbit": 40}, "cross": {"latency_us": 60, "bandwidth_gbit": 1}}
+J
+out=$("$dt" plan --cluster "$tmp/c.json" --model gpt --top 100 2>&1); rc=$?
+n=$(grep -Ec '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9] ' <<<"$out")
+if [ $rc -eq 0 ] && grep -q '^  dtrain train -n 4 --model gpt --batch 16' <<<"$out" && [ "$n" -ge 20 ]; then
+  ok "gpt on 2 x 2: $n layouts ranked; best: $(tail -1 <<<"$out" | sed 's/^ *//')"
+else fail "plan gpt (rc=$rc)"; indent <<<"$out"; fi
+# every dp x tp x pp of 4 ranks appears, tp never across hosts, steps ascending among those that fit
+awk '/^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9] / { if ($1 * $2 * $3 != 4 || $2 > 2) bad = 1; if ($NF == "yes") { if ($9 + 0 < prev) bad = 1; prev = $9 } } END { exit bad }' <<<"$out" &&
+  ok "layouts are the world's, tp inside a host, sorted by predicted step" || fail "layout table out of order or invalid"
+for l in "1 1 4" "4 1 1" "2 2 1" "1 2 2"; do
+  grep -Eq "^ +${l// / +} " <<<"$out" && ok "layout dp tp pp = $l listed" || fail "layout $l missing"
+done
+"$dt" plan --cluster "$tmp/c.json" --model llama --set n_layer=2 --json --top 3 > "$tmp/p.json" 2>&1 &&
+  python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert len(a)==3 and all(x['step_s']>0 and 'command' in x for x in a)" "$tmp/p.json" &&
+  ok "--json: 3 layouts with step_s and a command" || { fail "--json"; indent < "$tmp/p.json"; }
+sed 's/"memory_gb": 12/"memory_gb": 0.001/' "$tmp/c.json" > "$tmp/small.json"
+out=$("$dt" plan --cluster "$tmp/small.json" --model gpt 2>&1)
+grep -q "none fits in memory" <<<"$out" && ok "nothing fits 1 MB: said so" || { fail "tiny memory"; indent <<<"$out"; }
+# refusals: one line, non-zero
+refuse() { # CODE PATTERN -- ARGS
+  local code=$1 pat=$2; shift 3
+  local err rc; err=$("$dt" plan "$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -eq "$code" ] && grep -q -- "$pat" <<<"$err" && [ "$(grep -c . <<<"$err")" -eq 1 ]; then ok "refused: $err"
+  else fail "(rc=$rc, want $code and /$pat/): plan $*"; indent <<<"$err"; fi
+}
+refuse 2 "--cluster FILE (or --calibrate OUT) is required" -- --model gpt
+refuse 1 "No such file" -- --cluster "$tmp/none.json"
+echo '{"hosts": 2, "ranks_per_host": 2}' > "$tmp/bad.json"
+refuse 1 '"gflops" must be a number' -- --cluster "$tmp/bad.json"
+echo '{"hosts": 2,' > "$tmp/bad2.json"
+refuse 1 "not a cluster description" -- --cluster "$tmp/bad2.json"
+refuse 2 "unknown model 'vgg'" -- --cluster "$tmp/c.json" --model vgg
+refuse 2 "bad flag or value '--batch'" -- --cluster "$tmp/c.json" --batch 0
+sed 's/"hosts": 2,/"hosts": 2, "speed": [1],/' "$tmp/c.json" > "$tmp/sp.json"
+refuse 1 '"speed" must list one factor per host' -- --cluster "$tmp/sp.json"
+finish
