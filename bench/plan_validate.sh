@@ -4,7 +4,7 @@
 # model's training step timed here, links from `dtrain bench allreduce --fit`),
 # then every layout below run for real and its step time set beside the
 # prediction. Prints markdown and a last line with the median and worst
-# absolute error. One host only (the emulated 2-host cluster: TODO).
+# absolute error. One host only: the emulated 2-host cluster is not in it yet (issue 16).
 #   bench/plan_validate.sh [BUILD_DIR]     (about 5 minutes on two cores)
 set -u
 build=${1:-build}
