@@ -2,8 +2,9 @@
  * NKV key/value heads, query head h reading kv head h / (NH / NKV), which is
  * what Hugging Face's repeat_kv does by copying. Token t of qkv holds
  *   [q (NH*HS) | k (NKV*HS) | v (NKV*HS)],  width C3 = (NH + 2*NKV) * HS,
- * the layout of one fused projection. The algorithm is attention.c's, per
- * (b, h), with K and V read in place from the shared kv head (leading
+ * the layout of one fused projection (nanoGPT's c_attn when NKV = NH, which
+ * is what attention.c runs). Per (b, h), with K and V read in place from the
+ * shared kv head (leading
  * dimension C3, nothing repeated or copied):
  *   forward:  S = scale Q K^T;  att = softmax(S + causal mask);  out = att V
  *   backward: dV += att^T dout;  datt = dout V^T;

@@ -21,20 +21,9 @@ static inline vf vexpm1_neg(vf x) {
     const vf lo = x - x - 87.0f;
     vi small = x < lo;
     x = (vf)((small & (vi)lo) | (~small & (vi)x));
-    /* Round x*log2(e) to nearest with the 1.5*2^23 trick: the low mantissa bits
-     * of t then hold n as an integer. */
-    const float magic = 12582912.0f;
-    vf t = x * 1.44269504088896341f + magic;
-    vf n = t - magic;
-    vi ni = (vi)t - (vi)(t - t + magic);
-    vf r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    vf p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    vf q = p * r * r + r;
-    vf scale = (vf)((ni + 127) << 23);
+    vi ni;
+    vf q = vexp_reduced(x, &ni);
+    vf scale = vpow2(ni);
     return scale * q + (scale - 1.0f);
 }
 
