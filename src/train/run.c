@@ -35,16 +35,10 @@ dt_status dt_eval_run(const dt_train_cfg *c, const char *weights, dt_train_resul
     dt_dataset d;
     dt_loader ld = {0};
     dt_model *m = NULL;
-    bool lm = false;
-    int T = 0;
-    memset(&d, 0, sizeof d);
-    dt_status st = tr_model_input(c, &lm, &T);
-    dt_data_opts o = {.path = c->data, .lm = lm, .T = T, .val_frac = c->val_frac, .target = c->target};
-    if (!st) st = dt_dataset_open(&d, &o);
-    if (!st) st = tr_data_fits(c, &d);
+    dt_status st = tr_data_open(c, false, &d);
     if (!st) st = dt_model_create(&m, &c->model);
     if (!st) st = dt_weights_load(m, weights);
-    if (!st) st = dt_loader_init(&ld, &d, lm ? 16 : 256, c->seed, 0, 1);
+    if (!st) st = dt_loader_init(&ld, &d, d.lm ? 16 : 256, c->seed, 0, 1);
     double t0 = dt_now();
     if (!st) st = tr_evaluate_alone(m, &ld, c->eval_max, &res->test_acc, &res->eval_loss);
     res->seconds = dt_now() - t0;

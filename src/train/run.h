@@ -110,9 +110,10 @@ typedef struct tr_run {
 dt_status tr_setup(tr_run *r, const dt_train_cfg *c, dt_comm *world, dt_train_result *res);
 dt_status tr_setup_strategy(tr_run *r);
 /* Whether the model takes the dataset's images. */
-dt_status tr_data_fits(const dt_train_cfg *c, const dt_dataset *d);
-/* Whether the run's model reads tokens (a language model) and how many per sample. */
-dt_status tr_model_input(const dt_train_cfg *c, bool *lm, int *T);
+/* Opens the run's data as its model reads it (token windows of the model's
+ * length, or tensors) and checks the two fit: inputs, labels or float targets,
+ * token ids below the vocabulary. On error *d is left freeable. */
+dt_status tr_data_open(const dt_train_cfg *c, bool need_train, dt_dataset *d);
 void tr_free(tr_run *r);
 int64_t tr_total_steps(const dt_train_cfg *c, int64_t n_train);
 

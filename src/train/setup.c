@@ -11,23 +11,11 @@ int64_t tr_total_steps(const dt_train_cfg *c, int64_t n_train) {
     return c->steps > 0 ? c->steps : c->epochs * ((n_train + c->batch - 1) / c->batch);
 }
 
-dt_status tr_model_input(const dt_train_cfg *c, bool *lm, int *T) {
-    dt_model *m = NULL;
-    dt_status st = dt_model_probe(&c->model, &m);
-    if (st) return st;
-    *lm = m->input == DT_INPUT_TOKENS;
-    *T = m->seq_len;
-    dt_model_destroy(m);
-    return DT_OK;
-}
-
-/* What the data gives against what the model takes: inputs, targets, token ids. */
-dt_status tr_data_fits(const dt_train_cfg *c, const dt_dataset *d) {
+/* What the data gives against what the model m takes: inputs, targets, token ids. */
+static dt_status data_fits(const dt_train_cfg *c, const dt_model *m, const dt_dataset *d) {
     const char *src = c->data ? c->data : d->lm ? DT_CORPUS_DEFAULT_PATH : DT_FMNIST_DEFAULT_DIR;
     const char *name = dt_model_name(&c->model);
-    dt_model *m = NULL;
-    dt_status st = dt_model_probe(&c->model, &m);
-    if (st) return st;
+    dt_status st = DT_OK;
     char shape[64] = "";
     for (int i = 0, k = 0; i < d->in_ndim && k < (int)sizeof shape; i++)
         k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%lld", i ? "x" : "", (long long)d->in_shape[i]);
@@ -46,18 +34,25 @@ dt_status tr_data_fits(const dt_train_cfg *c, const dt_dataset *d) {
     else if (!d->lm && m->n_classes < d->n_classes)
         st = dt_errorf(DT_ERR_SHAPE, "%s: labels go up to %d but the %s has %d classes", src, d->n_classes - 1, name,
                        m->n_classes);
+    return st;
+}
+
+dt_status tr_data_open(const dt_train_cfg *c, bool need_train, dt_dataset *d) {
+    memset(d, 0, sizeof *d);
+    dt_model *m = NULL;
+    dt_status st = dt_model_probe(&c->model, &m); /* what it reads: tokens (how many) or tensors */
+    if (st) return st;
+    dt_data_opts o = {.path = c->data, .lm = m->input == DT_INPUT_TOKENS, .T = m->seq_len, .val_frac = c->val_frac,
+                      .need_train = need_train, .target = c->target};
+    st = dt_dataset_open(d, &o);
+    if (!st) st = data_fits(c, m, d);
     dt_model_destroy(m);
     return st;
 }
 
 static dt_status setup_data(tr_run *r) {
     const dt_train_cfg *c = r->c;
-    bool lm;
-    int T;
-    dt_status st = tr_model_input(c, &lm, &T);
-    dt_data_opts o = {.path = c->data, .lm = lm, .T = T, .val_frac = c->val_frac, .need_train = true, .target = c->target};
-    if (!st) st = dt_dataset_open(&r->data, &o);
-    if (!st) st = tr_data_fits(c, &r->data);
+    dt_status st = tr_data_open(c, true, &r->data);
     if (!st && r->data.n_train < 1) st = dt_errorf(DT_ERR_INVALID, "the training set is empty");
     return st;
 }
