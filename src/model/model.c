@@ -419,18 +419,17 @@ int dt_model_count_correct(const dt_model *m, const dt_acts *a, const dt_batch *
 
 /* ---- blocks shared by the models --------------------------------------------- */
 
-void dt_block_dp_allreduce(const dt_block *b, float *buf, size_t n) {
-    if (!b->dp || *b->tp_err) return;
-    dt_status st = dt_allreduce(b->dp, buf, n, DT_OP_SUM, DT_ALGO_AUTO);
+/* Sums buf over group (none: nothing), recording the first failure in the
+ * block's sticky status; after one, no more collectives start. */
+static void group_sum(const dt_block *b, dt_comm *group, float *buf, size_t n) {
+    if (!group || *b->tp_err) return;
+    dt_status st = dt_allreduce(group, buf, n, DT_OP_SUM, DT_ALGO_AUTO);
     if (st) *b->tp_err = st;
 }
 
-void dt_block_tp_allreduce(const dt_block *b, float *buf, size_t n) {
-    if (!b->tp) return;
-    if (*b->tp_err) return; /* already failed: do not start more collectives */
-    dt_status st = dt_allreduce(b->tp, buf, n, DT_OP_SUM, DT_ALGO_AUTO);
-    if (st) *b->tp_err = st;
-}
+void dt_block_dp_allreduce(const dt_block *b, float *buf, size_t n) { group_sum(b, b->dp, buf, n); }
+
+void dt_block_tp_allreduce(const dt_block *b, float *buf, size_t n) { group_sum(b, b->tp, buf, n); }
 
 /* softmax cross-entropy: dims = {V, terms}; in (B, terms*V) logits, out (B, terms) losses,
  * saved (B, terms*V) probabilities. */

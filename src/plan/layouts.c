@@ -67,8 +67,7 @@ static dt_status check(const dt_plan_in *in, const dt_plan_layout *l, int world)
 }
 
 /* The schedule and the busiest stage's parts. */
-static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const dt_model *m, const stage_cost *sc,
-                     dt_plan_pred *p) {
+static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const stage_cost *sc, dt_plan_pred *p) {
     const dt_plan_cluster *c = in->cluster;
     int P = l->pp, M = l->micro;
     double Bl = ceil((double)in->batch / l->dp), mb = ceil(Bl / M);
@@ -114,7 +113,6 @@ static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const dt_mod
     p->zero_s = l->zero && l->dp > 1 ? 0.5 * ar(c, hosts, per, bytes) : 0;
     p->optim_s = sc[worst].params / (l->zero ? l->dp : 1) * c->optim_s_per_param;
     p->step_s = span + p->dp_s + p->zero_s + p->optim_s;
-    (void)m;
 }
 
 static dt_status memory(const dt_plan_in *in, const dt_plan_layout *l, const stage_cost *sc, dt_plan_pred *p) {
@@ -156,7 +154,7 @@ dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan
         dt_partition_best(cost, nb, l->pp, &part);
         stage_cost sc[256];
         stage_costs(m, &part, l->pp, sc);
-        timeline(in, l, m, sc, out);
+        timeline(in, l, sc, out);
         st = memory(in, l, sc, out);
     }
     dt_model_destroy(m);
