@@ -93,17 +93,19 @@ dt_status dt_weights_cfg_from_meta(const char *(*get)(void *ctx, const char *key
         else
             return dt_errorf(DT_ERR_FORMAT, "%s: metadata does not say which model it holds; pass --model", what);
     }
+    /* --set, which any model may have had: its description's variables */
+    const char *set = get(ctx, "model_set");
+    if (set && (strlen(set) >= sizeof cfg->set || dt_model_set_check(set)))
+        return dt_errorf(DT_ERR_FORMAT, "%s: metadata 'model_set' = '%s' is not NAME=VALUE,...", what, set);
     if (dt_model_kind_parse(kind, &k)) {
         dt_model_cfg_default(cfg, DT_MODEL_FILE);
         if (dt_model_select(cfg, kind))
             return dt_errorf(DT_ERR_FORMAT, "%s: metadata names an unknown model '%s' (pass --model FILE.json)", what, kind);
-        const char *set = get(ctx, "model_set");
-        if (set && (strlen(set) >= sizeof cfg->set || dt_model_set_check(set)))
-            return dt_errorf(DT_ERR_FORMAT, "%s: metadata 'model_set' = '%s' is not NAME=VALUE,...", what, set);
         if (set) snprintf(cfg->set, sizeof cfg->set, "%s", set);
         return DT_OK;
     }
     dt_model_cfg_default(cfg, k);
+    if (set) snprintf(cfg->set, sizeof cfg->set, "%s", set);
     dt_status st = DT_OK;
     switch (k) {
     case DT_MODEL_MLP: {
