@@ -14,7 +14,7 @@
  * Ranks are numbered as src/train/setup.c does: tp innermost, then replicas,
  * then stages. Cost: one model compile per tp degree and O(pp (M pp)^2) per
  * layout for the schedule. */
-#include "dtrain/plan.h"
+#include "plan_internal.h"
 
 #include "dtrain/pipeline.h"
 
@@ -33,11 +33,6 @@ static void dp_span(const dt_plan_cluster *c, const dt_plan_layout *l, int *host
     *hosts = span <= c->per_host ? 1 : span / c->per_host;
     *per = l->dp / *hosts > 0 ? l->dp / *hosts : 1;
 }
-
-typedef struct stage_cost {
-    double flops, tp_bytes, params, acts, bound;   /* per sample, floats for the last three */
-    int blocks;
-} stage_cost;
 
 static void stage_costs(const dt_model *m, const dt_partition *part, int pp, stage_cost *sc) {
     for (int s = 0; s < pp; s++) {
@@ -115,24 +110,6 @@ static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const stage_
     p->step_s = span + p->dp_s + p->zero_s + p->optim_s;
 }
 
-static dt_status memory(const dt_plan_in *in, const dt_plan_layout *l, const stage_cost *sc, dt_plan_pred *p) {
-    double Bl = ceil((double)in->batch / l->dp), mb = ceil(Bl / l->micro);
-    dt_status st = DT_OK;
-    p->mem.total = -1;
-    for (int s = 0; s < l->pp && !st; s++) {
-        int flight = l->sched == DT_PLAN_GPIPE ? l->micro : (l->pp - s < l->micro ? l->pp - s : l->micro);
-        double acts = l->recompute ? (sc[s].bound * flight + (sc[s].acts - sc[s].bound)) * mb * 4
-                                   : sc[s].acts * mb * 4 * flight;
-        dt_plan_mem_in mi = {.params = sc[s].params, .dp = l->dp, .tp = 1, .pp = 1, .zero = l->zero, .param_bytes = 4,
-                             .grad_bytes = 4, .optim_bytes = in->adam ? 8 : 4, .act_bytes = acts};
-        dt_plan_mem m;
-        st = dt_plan_memory(&mi, &m);
-        if (!st && m.total > p->mem.total) p->mem = m;
-    }
-    p->fits = p->mem.total <= in->cluster->memory;
-    return st;
-}
-
 dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan_pred *out) {
     const dt_plan_cluster *c = in->cluster;
     memset(out, 0, sizeof *out);
@@ -155,7 +132,7 @@ dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan
         stage_cost sc[256];
         stage_costs(m, &part, l->pp, sc);
         timeline(in, l, sc, out);
-        st = memory(in, l, sc, out);
+        st = plan_layout_memory(in, l, sc, out);
     }
     dt_model_destroy(m);
     return st;
