@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -34,8 +35,10 @@ struct dt_dp {
     size_t shard;             /* floats owned (P for ZeRO-0) */
     float *gshard;            /* ZeRO-2 gradient shard (shard floats) */
     bool g_mapped;            /* m->g is our mmap (ZeRO-2) */
-    size_t g_map_bytes;
-    size_t page_floats;
+    size_t g_map_bytes;       /* the arena's bytes (m->n floats) */
+    void *g_map;              /* the mapping m->g lies in, and its length */
+    size_t g_map_len;
+    size_t page_floats;       /* release granularity: the arena's page size */
 
     /* communication thread */
     pthread_t thread;
@@ -82,6 +85,40 @@ static void add_chunk(float *restrict dst, const float *restrict src, size_t n) 
 
 /* Releases the pages of g[lo, hi) that lie wholly inside it (they read back as
  * zeros) and zeroes the partial pages at its edges by hand. */
+/* Transparent huge pages are on for mappings that ask (madvise or always). */
+static bool thp_available(void) {
+    char buf[128] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return false;
+    bool ok = fgets(buf, sizeof buf, f) && !strstr(buf, "[never]");
+    fclose(f);
+    return ok;
+}
+
+/* ZeRO-2's gradient arena: an anonymous mapping whose pages release_range
+ * hands back after each bucket's reduce-scatter and the next backward faults
+ * in again. In 2 MiB huge pages where the kernel offers them: a 4 KiB fault
+ * costs about a microsecond in a VM, so re-faulting W1's 7.4 MB took 6.5 ms a
+ * step against 0.4 ms in huge pages (measured here); releases then come in
+ * whole huge pages, the edges zeroed in place. */
+static dt_status map_staging(dt_dp *dp, size_t bytes) {
+    size_t huge = (size_t)2 << 20, len = (bytes ? bytes : 1) + huge;
+    void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!dp->gshard || map == MAP_FAILED) {
+        if (map != MAP_FAILED) munmap(map, len);
+        return dt_errorf(DT_ERR_NOMEM, "cannot allocate the ZeRO-2 gradient shard");
+    }
+    float *g = (float *)(((uintptr_t)map + huge - 1) / huge * huge);
+    if (bytes >= huge && thp_available() && madvise(g, bytes, MADV_HUGEPAGE) == 0) dp->page_floats = huge / sizeof(float);
+    dt_free(dp->m->g);
+    dp->m->g = g;
+    dp->g_mapped = true;
+    dp->g_map = map;
+    dp->g_map_len = len;
+    dp->g_map_bytes = bytes ? bytes : 1;
+    return DT_OK;
+}
+
 static void release_range(dt_dp *dp, size_t lo, size_t hi) {
     float *g = dp->m->g;
     size_t pf = dp->page_floats;
@@ -253,16 +290,7 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
     if (cfg->zero == 2) {
         dp->gshard = dt_alloc_floats(dp->shard);
         size_t bytes = m->n * sizeof(float);
-        void *g = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (!dp->gshard || g == MAP_FAILED) {
-            st = dt_errorf(DT_ERR_NOMEM, "cannot allocate the ZeRO-2 gradient shard");
-            if (g != MAP_FAILED) munmap(g, bytes ? bytes : 1);
-            goto fail;
-        }
-        dt_free(m->g);
-        m->g = g;
-        dp->g_mapped = true;
-        dp->g_map_bytes = bytes ? bytes : 1;
+        if ((st = map_staging(dp, bytes))) goto fail;
     }
     if (dp->size > 1 && cfg->comp.comp.kind != DT_COMP_NONE) {
         size_t maxb = 0;
@@ -298,7 +326,7 @@ void dt_dp_destroy(dt_dp *dp) {
         /* Hand the model back an ordinary gradient arena. */
         float *g = dt_alloc_floats(dp->m->n);
         if (g) memcpy(g, dp->m->g, dp->m->n * sizeof(float));
-        munmap(dp->m->g, dp->g_map_bytes);
+        munmap(dp->g_map, dp->g_map_len);
         dp->m->g = g;
     }
     pthread_mutex_destroy(&dp->mu);
