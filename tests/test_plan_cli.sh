@@ -13,7 +13,9 @@ if [ $rc -eq 0 ] && grep -q '^  dtrain train -n 4 --model gpt --batch 16' <<<"$o
   ok "gpt on 2 x 2: $n layouts ranked; best: $(tail -1 <<<"$out" | sed 's/^ *//')"
 else fail "plan gpt (rc=$rc)"; indent <<<"$out"; fi
 # every dp x tp x pp of 4 ranks appears, tp never across hosts, steps ascending among those that fit
-awk '/^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9] / { if ($1 * $2 * $3 != 4 || $2 > 2) bad = 1; if ($NF == "yes") { if ($9 + 0 < prev) bad = 1; prev = $9 } } END { exit bad }' <<<"$out" &&
+# (a parameter-server row, variant ps:S, has dp workers plus S servers)
+awk '/^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9] / { s = $8 ~ /^ps:/ ? substr($8, 4) : 0; if ($1 * $2 * $3 + s != 4 || $2 > 2) bad = 1
+  if ($NF == "yes") { if ($10 + 0 < prev) bad = 1; prev = $10 } } END { exit bad }' <<<"$out" &&
   ok "layouts are the world's, tp inside a host, sorted by predicted step" || fail "layout table out of order or invalid"
 for l in "1 1 4" "4 1 1" "2 2 1" "1 2 2"; do
   grep -Eq "^ +${l// / +} " <<<"$out" && ok "layout dp tp pp = $l listed" || fail "layout $l missing"
@@ -22,8 +24,15 @@ done
   python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert len(a)==3 and all(x['step_s']>0 and 'command' in x for x in a)" "$tmp/p.json" &&
   ok "--json: 3 layouts with step_s and a command" || { fail "--json"; indent < "$tmp/p.json"; }
 sed 's/"memory_gb": 12/"memory_gb": 0.001/' "$tmp/c.json" > "$tmp/small.json"
-out=$("$dt" plan --cluster "$tmp/small.json" --model gpt 2>&1)
-grep -q "none fits in memory" <<<"$out" && ok "nothing fits 1 MB: said so" || { fail "tiny memory"; indent <<<"$out"; }
+out=$("$dt" plan --cluster "$tmp/small.json" --model gpt 2>"$tmp/err"); rc=$?
+if [ $rc -eq 1 ] && grep -q "none fits in memory" <<<"$out" && [ "$(grep -c . "$tmp/err")" -eq 1 ] &&
+   grep -q "no layout fits 0.001 GB per rank: the smallest needs .* GB (dp .*); give more ranks or memory" "$tmp/err"; then
+  ok "nothing fits 1 MB: exit 1, $(cat "$tmp/err")"
+else fail "tiny memory (rc=$rc)"; indent <<<"$out"; indent < "$tmp/err"; fi
+sed 's/"hosts": 2,/"hosts": 2, "speed": [1, 0.5],/' "$tmp/c.json" > "$tmp/het.json"
+out=$("$dt" plan --cluster "$tmp/het.json" --model gpt --top 200 2>&1)
+grep -q "assumed, hosts of unequal speed (1, 0.5)" <<<"$out" && grep -Eq '^ +4 +1 +1 +0 +1 +- +no +balance ' <<<"$out" &&
+  ok "unequal hosts: the assumption said, a batch split by speed listed" || { fail "unequal hosts"; indent <<<"$out"; }
 # refusals: one line, non-zero
 refuse() { # CODE PATTERN -- ARGS
   local code=$1 pat=$2; shift 3

@@ -43,6 +43,13 @@ foreach(matrix test_dp test_pp test_tp test_ckpt test_ps test_async test_compres
   endif()
 endforeach()
 
+# The planner's tests (issue 16): `ctest -L plan` runs them alone.
+foreach(plan test_plan test_plan_layouts test_plan_memory test_plan_cli test_layout_auto)
+  if(TEST ${plan})
+    set_tests_properties(${plan} PROPERTIES LABELS plan)
+  endif()
+endforeach()
+
 # ---- test_comm under mpiexec: 2..5 ranks, oversubscribed on this machine -------
 # (The glob above already runs test_comm as one process: the self communicator.)
 # Shared memory and TCP transports only, so no network hardware is probed; the

@@ -82,6 +82,10 @@ float *dt_gc_error(dt_gc *gc);
 float *dt_gc_powersgd_q(dt_gc *gc, size_t *n);
 /* Floats of the arena the compressor was made for. */
 size_t dt_gc_params(const dt_gc *gc);
+/* Bytes gc holds now: the error-feedback residual (4 per parameter when on),
+ * the two bucket-sized float buffers, the encodings' buffers as grown so far
+ * and PowerSGD's Q and P (the end-of-run memory report's buffers). */
+size_t dt_gc_bytes(const dt_gc *gc);
 void dt_gc_take_stats(dt_gc *gc, dt_gc_stats *s);
 /* The compression state as a checkpoint part (src/parallel/gradcomp_ckpt.c):
  * error-feedback residuals per replica, PowerSGD's Q. */

@@ -56,6 +56,7 @@ typedef struct dt_pipe_stats {
     double busy_s;              /* time in forward/backward compute (incl. fixed cost) */
     double idle_s;              /* time waiting for activations/gradients */
     size_t act_floats;          /* floats of activation memory this stage holds */
+    size_t buf_floats;          /* floats of its boundary gradient buffers (din per slot, dout) */
     int acts_alive_peak;        /* micro-batches whose activations were alive at once */
 } dt_pipe_stats;
 

@@ -13,6 +13,7 @@
 #define DTRAIN_PLAN_H
 
 #include "dtrain/comm.h"
+#include "dtrain/compress.h"
 #include "dtrain/core.h"
 #include "dtrain/model.h"
 
@@ -36,7 +37,16 @@ typedef struct dt_plan_mem_in {
 } dt_plan_mem_in;
 
 typedef struct dt_plan_mem {
-    double params, grads, optim, acts, buffers, total; /* bytes per rank */
+    double params, grads, optim, acts, buffers; /* bytes per rank */
+    /* dtrain's own (dt_plan_predict; 0 from dt_plan_memory): ZeRO-2's transient
+     * gradient arena at its peak, the unsharded model a tp/pp rank keeps, and
+     * the cluster's base (runtime and data, MPI's share in a world of more than
+     * one rank). The others are dtrain's allocations, own bytes their sum.
+     * setup: ZeRO-2's own bytes at its setup, while the model's gradient arena
+     * is still allocated (0 otherwise). total = base + the larger of the own
+     * bytes and setup: the predicted peak resident set. */
+    double staging, copy, base, setup;
+    double total;
 } dt_plan_mem;
 
 /* Memory per rank: with s = params / (tp pp) the rank's share of the model,
@@ -68,11 +78,21 @@ double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, co
 #define DT_PLAN_MAX_HOSTS 4096
 typedef struct dt_plan_cluster {
     int hosts, per_host;
-    double flops;              /* FLOP/s a rank reaches on the model's GEMMs */
+    double flops;              /* FLOP/s a rank reaches on the model's step while all the
+                                * host's ranks compute (dt_plan_profile) */
     double memory;             /* bytes per rank */
+    double base;               /* bytes a rank holds besides what dtrain allocates for the
+                                * model: the runtime (libraries, BLAS buffers) and the training
+                                * data ("base_mb", dt_plan_calibrate_base; 0 when absent) */
+    double mpi_base;           /* what MPI adds to each rank of a world of more than one
+                                * ("mpi_mb"; 0 when absent) */
     dt_cost_model links;       /* alpha (s), beta (s/byte) inside a host and across */
     double optim_s_per_param;  /* the optimizer's update, seconds per parameter */
-    int cores;                 /* cores per host: more ranks than cores share them */
+    int cores;                 /* cores per host: with no core to spare, a reduction inside a
+                                * host does not overlap compute */
+    double micro_overhead_s;   /* a micro-batch's fixed forward + backward time, whole model */
+    double codec_enc_s_per_float[DT_COMP_COUNT]; /* a codec's encode (error feedback too) */
+    double codec_dec_s_per_float[DT_COMP_COUNT]; /* one decode-and-sum, seconds per float */
     double speed[DT_PLAN_MAX_HOSTS]; /* per-host factors on flops (1: as given) */
 } dt_plan_cluster;
 
@@ -85,10 +105,51 @@ dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c);
  * model's GEMM FLOPs (calibrate.c). */
 dt_status dt_plan_calibrate_flops(const dt_model_cfg *mc, int B, double *flops);
 
+/* What a rank holds besides dtrain's own allocations (calibrate.c): into
+ * *base this process's resident set (/proc/self/statm) once it has opened the
+ * model's training data (`data`, NULL: the model's default, as `dtrain train`
+ * reads it) with the run's loader and run one forward and backward of the
+ * model at batch B (BLAS touches its buffers), less the model's arenas,
+ * activations and batch; into *mpi what MPI_Init then adds to it (a
+ * singleton), or 0 when mpi is false. Call it with mpi only in a process that
+ * uses MPI for nothing else and ends soon: MPI cannot start again once
+ * finalized, and a singleton leaves its environment behind for any mpirun the
+ * process would start. The libraries' pages this process touched count, as
+ * they do in a rank; BLAS's buffers are those of this process's BLAS threads.
+ * DT_ERR_INVALID for B < 1; the data's, the model's and MPI's errors as they
+ * report them. */
+dt_status dt_plan_calibrate_base(const dt_model_cfg *mc, const char *data, int B, bool mpi, double *base, double *mpi_share);
+
+/* A model's training step on this machine (profile.c): forward + backward
+ * timed at batch B, B/2, B/4 and B/8, fitted as t(b) = micro_overhead_s + b
+ * flops_per_sample / flops; the optimizer's update per parameter (AdamW, or
+ * SGD with momentum); each codec's encode and decode per value (fp16, bf16,
+ * int8, topk:0.01, sign). */
+typedef struct dt_plan_profile_out {
+    double flops;             /* FLOP/s on the per-sample part */
+    double micro_overhead_s;  /* t0: a micro-batch's fixed time */
+    double optim_s_per_param;
+    double codec_enc_s_per_float[DT_COMP_COUNT], codec_dec_s_per_float[DT_COMP_COUNT];
+    int procs;                /* profiles that ran at once (the caller sets it) */
+} dt_plan_profile_out;
+
+/* Profiles mc at batch B (see above). sync (NULL: none) is called with
+ * sync_ctx after every timed operation, the same number of times in every
+ * profile: a barrier there makes several processes' profiles run in lock-step,
+ * as the host's ranks would. DT_ERR_INVALID for B < 1; a model's own errors
+ * as dt_model_create reports them (before the first sync). */
+dt_status dt_plan_profile(const dt_model_cfg *mc, int B, bool adam, void (*sync)(void *), void *sync_ctx,
+                          dt_plan_profile_out *out);
+
 typedef struct dt_plan_layout {
     int dp, tp, pp, zero, micro;   /* micro: micro-batches per step (pipeline) */
     dt_plan_sched sched;
     bool recompute;
+    dt_comp_cfg comp;              /* gradient compression (plain dp, tp = pp = 1) */
+    int servers;                   /* > 0: the parameter server (BSP) on the last `servers`
+                                    * ranks, dp workers; tp = pp = 1, no ZeRO */
+    bool balance;                  /* plain dp on hosts of unequal speed: the batch split
+                                    * by speed (--balance dynamic) */
 } dt_plan_layout;
 
 typedef struct dt_plan_pred {
@@ -99,9 +160,12 @@ typedef struct dt_plan_pred {
     double tp_s;               /* tensor-parallel all-reduces on the busiest stage */
     double dp_s;               /* exposed gradient reduction (after backward's overlap) */
     double zero_s;             /* ZeRO's parameter all-gather */
+    double codec_s;            /* compression's encoding and decoding (exposed) */
+    double ps_s;               /* the parameter server's push, apply and pull (exposed) */
     double optim_s;
     dt_plan_mem mem;           /* the rank of the stage that needs the most */
     bool fits;                 /* mem.total <= the cluster's memory */
+    char partition[256];       /* blocks per stage as --pp-partition takes them ("2,3") */
 } dt_plan_pred;
 
 typedef struct dt_plan_in {
@@ -115,10 +179,12 @@ typedef struct dt_plan_in {
  * cannot run there (degrees that do not divide the world, tp the model does not
  * mark, more stages than blocks, a batch smaller than dp x micro-batches). */
 dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan_pred *out);
-/* Every valid layout of the cluster's world (dp x tp x pp with tp inside a
- * host; ZeRO 0-2; 1-16 micro-batches, GPipe and 1F1B, recompute or not when
- * pp > 1), fitting ones first, then by predicted step time. *out is malloc'd
- * (dt_free), *n its length; DT_ERR_INVALID when none is valid. */
+/* Every valid layout of the cluster's world (enumerate.c: dp x tp x pp with tp
+ * inside a host; ZeRO 0-2; for pipelines 1-64 micro-batches, GPipe and 1F1B,
+ * recompute or not; for plain data parallelism four codecs, the parameter
+ * server with 1 or 2 servers, and on unequal hosts the batch split by speed),
+ * fitting ones first, then by predicted step time. *out is malloc'd (dt_free),
+ * *n its length; DT_ERR_INVALID when none is valid. */
 dt_status dt_plan_layouts(const dt_plan_in *in, dt_plan_pred **out, int *n);
 
 /* ---- at scale ---------------------------------------------------------------------

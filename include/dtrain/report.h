@@ -92,6 +92,28 @@ typedef struct dt_ps_summary {
     int joined, departed;    /* elastic: workers that joined, left on request */
 } dt_ps_summary;
 
+/* Memory per rank at the end of a synchronous run (metrics.jsonl's memory
+ * line): bytes by kind as dtrain allocated them, the process's peak resident
+ * set last. The kinds dtrain counts itself ("own": everything but DT_MEM_RSS)
+ * are the planner's (include/dtrain/plan.h); what the resident set holds
+ * besides them is the runtime and the data (the planner's base). */
+typedef enum {
+    DT_MEM_PARAMS,   /* the parameter arena (every stage's: 4 bytes per local parameter) */
+    DT_MEM_GRADS,    /* the gradient arena, or ZeRO-2's shard */
+    DT_MEM_STAGING,  /* ZeRO-2: the transient gradient arena's resident peak */
+    DT_MEM_OPTIM,    /* optimizer state (and a robust rule's worker momentum) */
+    DT_MEM_ACTS,     /* activations: training and evaluation sets, pipeline slots */
+    DT_MEM_BUFFERS,  /* communication buffers: pipeline gradient buffers, compression's */
+    DT_MEM_COPY,     /* tp/pp: the unsharded model's arenas (and checkpoint gather buffers) */
+    DT_MEM_RSS,      /* the process's peak resident set (getrusage's ru_maxrss) */
+    DT_MEM_COUNT
+} dt_mem_kind;
+
+typedef struct dt_mem_summary {
+    int ranks;
+    const double *bytes;     /* ranks x DT_MEM_COUNT, rank-major */
+} dt_mem_summary;
+
 /* on_end: the run finished, or stopped on request (res->stopped_at >= 0);
  * not called when it failed. */
 typedef struct dt_end_info {
@@ -102,6 +124,7 @@ typedef struct dt_end_info {
     size_t local_params;           /* parameters this rank holds (its tensor-parallel shard) */
     const dt_pipe_summary *pipe;   /* NULL unless pipeline parallel */
     const dt_ps_summary *ps;       /* NULL unless parameter server */
+    const dt_mem_summary *mem;     /* synchronous strategies: every rank's memory; else NULL */
 } dt_end_info;
 
 /* on_event: something the run did besides stepping: "stop" (on a signal or

@@ -56,7 +56,8 @@ struct dt_dp {
     dt_dp_stats stats;
     uint64_t bytes_mark;
     size_t *sh_off, *sh_len, *sh_state; /* per bucket, for checkpoints */
-    size_t staging_peak;
+    size_t staging_peak;      /* ZeRO-2: the staging arena's resident peak, seen by backward */
+    size_t staging_peak_comm; /* ... and by the communication thread, just before each release */
     dt_dp_trace_fn trace;
     void *trace_ctx;
     dt_gc *gc;                /* gradient compression, or NULL */
@@ -104,10 +105,7 @@ static bool thp_available(void) {
 static dt_status map_staging(dt_dp *dp, size_t bytes) {
     size_t huge = (size_t)2 << 20, len = (bytes ? bytes : 1) + huge;
     void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (!dp->gshard || map == MAP_FAILED) {
-        if (map != MAP_FAILED) munmap(map, len);
-        return dt_errorf(DT_ERR_NOMEM, "cannot allocate the ZeRO-2 gradient shard");
-    }
+    if (map == MAP_FAILED) return dt_errorf(DT_ERR_NOMEM, "cannot map the ZeRO-2 gradient staging arena");
     float *g = (float *)(((uintptr_t)map + huge - 1) / huge * huge);
     if (bytes >= huge && thp_available() && madvise(g, bytes, MADV_HUGEPAGE) == 0) dp->page_floats = huge / sizeof(float);
     dt_free(dp->m->g);
@@ -160,6 +158,10 @@ static dt_status run_bucket(dt_dp *dp, int k) {
                               : dt_reduce_scatter(dp->comm, g, n, DT_OP_SUM, dp->cfg.algo);
         if (!st && dp->cfg.zero == 2) {
             add_chunk(dp->gshard + b->state_off, dp->m->g + b->own_off, b->own_len);
+            /* The arena's residency peaks just before a release: backward has
+             * written buckets the thread has not reached yet. */
+            size_t r = resident_bytes(dp);
+            if (r > dp->staging_peak_comm) dp->staging_peak_comm = r;
             release_range(dp, b->lo, b->hi);
         }
     }
@@ -286,12 +288,17 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
     dt_status st = dt_comm_topology(comm, &ti);
     if (!st) st = build_buckets(dp);
     if (st) goto fail;
-    if ((st = dt_optim_create(&dp->opt, ocfg, dp->shard))) goto fail;
     if (cfg->zero == 2) {
-        dp->gshard = dt_alloc_floats(dp->shard);
-        size_t bytes = m->n * sizeof(float);
-        if ((st = map_staging(dp, bytes))) goto fail;
+        /* The model's gradient arena goes first, replaced by the staging one,
+         * so the rank never holds it beside the shard and the optimizer state:
+         * ZeRO-2's resident peak is that of its steps, not of its setup. */
+        if ((st = map_staging(dp, m->n * sizeof(float)))) goto fail;
+        if (!(dp->gshard = dt_alloc_floats(dp->shard))) {
+            st = dt_errorf(DT_ERR_NOMEM, "cannot allocate the ZeRO-2 gradient shard");
+            goto fail;
+        }
     }
+    if ((st = dt_optim_create(&dp->opt, ocfg, dp->shard))) goto fail;
     if (dp->size > 1 && cfg->comp.comp.kind != DT_COMP_NONE) {
         size_t maxb = 0;
         for (int k = 0; k < dp->nb; k++)
@@ -375,6 +382,8 @@ static dt_status launch_upto(dt_dp *dp, int k) {
             for (int i = dp->launched; i <= k; i++) {
                 bucket *b = &dp->b[i];
                 add_chunk(dp->gshard + b->state_off, dp->m->g + b->own_off, b->own_len);
+                size_t r = resident_bytes(dp);
+                if (r > dp->staging_peak) dp->staging_peak = r;
                 release_range(dp, b->lo, b->hi);
             }
         }
@@ -560,7 +569,7 @@ void dt_dp_memory(const dt_dp *dp, dt_dp_mem *mem) {
     size_t P = dp->m->n;
     mem->param_bytes = P * sizeof(float);
     mem->grad_bytes = dp->cfg.zero == 2 ? dp->shard * sizeof(float) : P * sizeof(float);
-    mem->grad_staging_peak = dp->staging_peak;
+    mem->grad_staging_peak = dp->staging_peak > dp->staging_peak_comm ? dp->staging_peak : dp->staging_peak_comm;
     mem->optim_bytes = dt_optim_state_bytes(dp->opt);
     mem->shard_floats = dp->shard;
 }

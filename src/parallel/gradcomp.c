@@ -123,6 +123,10 @@ void dt_gc_destroy(dt_gc *gc) {
 bool dt_gc_uses_ef(const dt_gc *gc) { return gc->ef_on; }
 float *dt_gc_error(dt_gc *gc) { return gc->ef; }
 size_t dt_gc_params(const dt_gc *gc) { return gc->m->n; }
+size_t dt_gc_bytes(const dt_gc *gc) {
+    size_t floats = (gc->ef ? gc->m->n : 0) + 2 * gc->max_floats + (gc->q ? gc->nq : 0);
+    return floats * sizeof(float) + gc->enc_cap + gc->recv_cap + gc->pq_cap;
+}
 float *dt_gc_powersgd_q(dt_gc *gc, size_t *n) {
     *n = gc->nq;
     return gc->q;

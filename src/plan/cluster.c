@@ -2,10 +2,18 @@
  *   {"hosts": 2, "ranks_per_host": 2, "gflops": 60, "memory_gb": 12,
  *    "local": {"latency_us": 2, "bandwidth_gbit": 40},
  *    "cross": {"latency_us": 50, "bandwidth_gbit": 1},
- *    "optim_ns_per_param": 1, "cores": 2, "gamma_ns_per_byte": 0.14, "speed": [1, 0.5]}
+ *    "optim_ns_per_param": 1, "cores": 2, "gamma_ns_per_byte": 0.14, "micro_overhead_us": 1300,
+ *    "speed": [1, 0.5]}
  * Bandwidths in Gbit/s, as links are sold; optional: "speed" one factor per
  * host on its ranks' FLOP/s, "cores" per host (ranks beyond it share them),
- * "gamma_ns_per_byte" the cost of summing a byte in a reduction. */
+ * "gamma_ns_per_byte" the cost of summing a byte in a reduction,
+ * "base_mb" what a rank holds besides dtrain's own allocations (the runtime and
+ * the data) and "mpi_mb" what MPI adds to a rank of a world of more than one
+ * (dt_plan_calibrate_base; 0 when absent),
+ * "micro_overhead_us" the fixed forward + backward time of a micro-batch of the
+ * whole model (the t0 of dt_plan_profile), "codec_ns_per_float" {"int8": [encode,
+ * decode], ...} per codec (absent ones: codec_default's figures, measured on an
+ * AVX2 EPYC). */
 #include "dtrain/plan.h"
 
 #include <jansson.h>
@@ -21,6 +29,33 @@ static dt_status num(const char *path, const json_t *o, const char *key, double 
     if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi)
         return dt_errorf(DT_ERR_INVALID, "%s: \"%s\" must be a number in [%g, %g]", path, key, lo, hi);
     *out = json_number_value(v);
+    return DT_OK;
+}
+
+/* Encode and decode ns per value of the codecs when a description has none:
+ * dt_plan_profile's figures on an AMD EPYC (AVX2), rounded. */
+static const struct {
+    const char *name;
+    dt_comp_kind kind;
+    double enc, dec;
+} codec_default[] = {{"fp16", DT_COMP_FP16, 0.5, 0.5}, {"bf16", DT_COMP_BF16, 0.5, 0.5},
+                     {"int8", DT_COMP_INT8, 3, 1}, {"topk", DT_COMP_TOPK, 6, 0.2}, {"sign", DT_COMP_SIGN, 2, 1}};
+
+static dt_status codecs(const char *path, const json_t *o, dt_plan_cluster *c) {
+    const json_t *cs = json_object_get(o, "codec_ns_per_float");
+    if (cs && !json_is_object(cs)) return dt_errorf(DT_ERR_INVALID, "%s: \"codec_ns_per_float\" must be an object", path);
+    for (size_t k = 0; k < sizeof codec_default / sizeof codec_default[0]; k++) {
+        const json_t *v = json_object_get(cs, codec_default[k].name);
+        double enc = codec_default[k].enc, dec = codec_default[k].dec;
+        if (v && json_unpack((json_t *)v, "[FF]", &enc, &dec))
+            return dt_errorf(DT_ERR_INVALID, "%s: codec_ns_per_float.%s must be [encode, decode]", path,
+                             codec_default[k].name);
+        if (!(enc >= 0 && dec >= 0 && enc < 1e6 && dec < 1e6))
+            return dt_errorf(DT_ERR_INVALID, "%s: codec_ns_per_float.%s must be two numbers in [0, 1e6)", path,
+                             codec_default[k].name);
+        c->codec_enc_s_per_float[codec_default[k].kind] = enc * 1e-9;
+        c->codec_dec_s_per_float[codec_default[k].kind] = dec * 1e-9;
+    }
     return DT_OK;
 }
 
@@ -52,10 +87,14 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
     if (!st) st = num(path, o, "gflops", 1e-3, 1e9, -1, &gf);
     if (!st) st = num(path, o, "memory_gb", 1e-3, 1e9, -1, &gb);
     if (!st) st = num(path, o, "optim_ns_per_param", 0, 1e6, 1.0, &ons);
-    double cores = 0, gamma = 0;
+    double cores = 0, gamma = 0, t0 = 0, base = 0, mpi = 0;
     if (!st) st = num(path, o, "cores", 1, 1 << 20, 0, &cores);
+    if (!st) st = num(path, o, "base_mb", 0, 1e9, 0, &base);
+    if (!st) st = num(path, o, "mpi_mb", 0, 1e9, 0, &mpi);
+    if (!st) st = num(path, o, "micro_overhead_us", 0, 1e9, 0, &t0);
     if (!st) st = num(path, o, "gamma_ns_per_byte", 0, 1e6, 0, &gamma);
     if (!st) st = link_cost(path, o, "local", &c->links.local);
+    if (!st) st = codecs(path, o, c);
     if (!st) st = link_cost(path, o, "cross", &c->links.cross);
     if (!st && (hosts != (int)hosts || per != (int)per))
         st = dt_errorf(DT_ERR_INVALID, "%s: \"hosts\" and \"ranks_per_host\" must be integers", path);
@@ -64,9 +103,12 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
         c->per_host = (int)per;
         c->flops = gf * 1e9;
         c->memory = gb * 1e9;
+        c->base = base * 1e6;
+        c->mpi_base = mpi * 1e6;
         c->optim_s_per_param = ons * 1e-9;
         c->cores = cores > 0 ? (int)cores : c->per_host;
         c->links.gamma = gamma * 1e-9;
+        c->micro_overhead_s = t0 * 1e-6;
         for (int h = 0; h < c->hosts; h++) c->speed[h] = 1.0;
     }
     const json_t *sp = json_object_get(o, "speed");
@@ -94,6 +136,15 @@ dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c) {
                           c->links.local.beta > 0 ? 8.0 / c->links.local.beta / 1e9 : 1e6, "cross", "latency_us",
                           c->links.cross.alpha * 1e6, "bandwidth_gbit",
                           c->links.cross.beta > 0 ? 8.0 / c->links.cross.beta / 1e9 : 1e6, "speed", sp);
+    json_t *cs = json_object();
+    for (size_t k = 0; k < sizeof codec_default / sizeof codec_default[0]; k++)
+        json_object_set_new(cs, codec_default[k].name, json_pack("[f,f]", c->codec_enc_s_per_float[codec_default[k].kind] * 1e9,
+                                                                  c->codec_dec_s_per_float[codec_default[k].kind] * 1e9));
+    if (o) json_object_set_new(o, "micro_overhead_us", json_real(c->micro_overhead_s * 1e6));
+    if (o) json_object_set_new(o, "base_mb", json_real(c->base / 1e6));
+    if (o) json_object_set_new(o, "mpi_mb", json_real(c->mpi_base / 1e6));
+    if (o) json_object_set_new(o, "codec_ns_per_float", cs);
+    else json_decref(cs);
     if (!o) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     int rc = json_dump_file(o, path, JSON_INDENT(1));
     json_decref(o);

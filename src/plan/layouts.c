@@ -1,19 +1,22 @@
-/* A layout's step time and memory, predicted (plan.h), and every layout of a
- * world ranked. The model is compiled (not allocated) at the layout's tp, so
- * each block's FLOPs, tensor-parallel bytes, parameters and activations are
- * this rank's. Per step, with Bl = batch/dp samples in M micro-batches:
- *   compute   stage s: its blocks' FLOPs x Bl / (rank FLOP/s x host speed),
- *             a third forward, two thirds backward (+ a forward to recompute);
+/* A layout's step time and memory, predicted (plan.h). The model is compiled
+ * (not allocated) at the layout's tp, so each block's FLOPs, tensor-parallel
+ * bytes, parameters and activations are this rank's. Per step, with Bl =
+ * batch/dp samples in M micro-batches of mb:
+ *   compute   stage s, a micro-batch: t0 x (its share of the FLOPs) + its
+ *             FLOPs x mb / (rank FLOP/s x host speed), t0 and FLOP/s profiled
+ *             (dt_plan_profile, all the host's ranks computing at once); a
+ *             third forward, two thirds backward (+ a forward to recompute);
+ *   partition blocks cut into stages by minimum bottleneck of FLOPs over the
+ *             stage's host speed (what --pp-partition is then given);
  *   tp        each block's all-reduce bytes through the local link (ring cost);
  *   schedule  dt_plan_pipeline over the stages, boundary transfers between;
- *   dp        the stage's gradients all-reduced over the dp group (hosts it
- *             spans at the cross level), overlapped with the last micro-batch's
- *             backward bucket by bucket (a block a bucket); ZeRO-2 reduce-scatters
- *             (half the bytes), ZeRO-1/2 all-gather parameters after the update;
+ *   dp, ZeRO, compression, parameter server: plan_comm.c;
  *   optimizer the rank's share of parameters x the cluster's time per parameter.
+ * Heterogeneous hosts: a stage runs at its slowest host's speed, except plain
+ * data parallelism with `balance`, whose batch is split by speed (the mean).
  * Ranks are numbered as src/train/setup.c does: tp innermost, then replicas,
- * then stages. Cost: one model compile per tp degree and O(pp (M pp)^2) per
- * layout for the schedule. */
+ * then stages; parameter servers last. Cost: one model compile per layout and
+ * O(pp (M pp)^2) for the schedule. */
 #include "plan_internal.h"
 
 #include "dtrain/pipeline.h"
@@ -23,20 +26,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double ar(const dt_plan_cluster *c, int hosts, int per_host, double bytes) {
-    return bytes > 0 ? dt_allreduce_predict(&c->links, DT_ALGO_AUTO, hosts, per_host, (size_t)bytes) : 0;
+static double host_speed(const dt_plan_cluster *c, int rank) {
+    int h = rank / c->per_host;
+    return c->speed[h < c->hosts ? h : c->hosts - 1];
 }
 
-/* Hosts the dp group of ranks spaced tp apart spans, and its ranks per host. */
-static void dp_span(const dt_plan_cluster *c, const dt_plan_layout *l, int *hosts, int *per) {
-    int span = l->tp * l->dp; /* consecutive ranks of one stage */
-    *hosts = span <= c->per_host ? 1 : span / c->per_host;
-    *per = l->dp / *hosts > 0 ? l->dp / *hosts : 1;
+/* Stage s's speed factor: its slowest rank's host, or the mean when the batch
+ * is split by speed. */
+static double stage_speed(const dt_plan_cluster *c, const dt_plan_layout *l, int s) {
+    int n = l->tp * l->dp, r0 = s * n;
+    double lo = 1e300, sum = 0;
+    for (int r = r0; r < r0 + n; r++) {
+        double v = host_speed(c, r);
+        lo = v < lo ? v : lo;
+        sum += v;
+    }
+    return l->balance ? sum / n : lo;
 }
 
 static void stage_costs(const dt_model *m, const dt_partition *part, int pp, stage_cost *sc) {
     for (int s = 0; s < pp; s++) {
         memset(&sc[s], 0, sizeof sc[s]);
+        sc[s].model = m; /* for layout_memory.c, while dt_plan_predict runs */
+        sc[s].first = part->first[s];
+        sc[s].last = part->first[s + 1] - 1;
         for (int b = part->first[s]; b < part->first[s + 1]; b++) {
             const dt_block *k = &m->blocks[b];
             sc[s].flops += (double)k->flops;
@@ -50,29 +63,44 @@ static void stage_costs(const dt_model *m, const dt_partition *part, int pp, sta
 }
 
 static dt_status check(const dt_plan_in *in, const dt_plan_layout *l, int world) {
-    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->micro < 1 || l->dp * l->tp * l->pp != world)
-        return dt_errorf(DT_ERR_INVALID, "plan: %d x %d x %d (dp x tp x pp) is not the world of %d ranks", l->dp, l->tp,
-                         l->pp, world);
+    if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->micro < 1 || l->servers < 0 ||
+        l->dp * l->tp * l->pp + l->servers != world)
+        return dt_errorf(DT_ERR_INVALID, "plan: %d x %d x %d (dp x tp x pp)%s is not the world of %d ranks", l->dp, l->tp,
+                         l->pp, l->servers ? " + servers" : "", world);
     if (l->tp > in->cluster->per_host)
         return dt_errorf(DT_ERR_INVALID, "plan: --tp %d spans hosts (%d ranks per host)", l->tp, in->cluster->per_host);
     if (in->batch < l->dp * l->micro)
         return dt_errorf(DT_ERR_INVALID, "plan: batch %d is smaller than dp %d x micro-batches %d", in->batch, l->dp, l->micro);
     if (l->zero < 0 || l->zero > 2) return dt_errorf(DT_ERR_INVALID, "plan: ZeRO %d is not built (0, 1, 2)", l->zero);
+    if ((l->comp.kind != DT_COMP_NONE || l->servers || l->balance) && (l->tp > 1 || l->pp > 1))
+        return dt_errorf(DT_ERR_INVALID, "plan: compression, the parameter server and a split by speed are for plain "
+                                         "data parallelism (tp = pp = 1)");
+    if (l->comp.kind == DT_COMP_POWERSGD)
+        return dt_errorf(DT_ERR_INVALID, "plan: powersgd's cost is not modelled (its bytes depend on the shapes)");
+    if (l->servers && (l->zero || l->comp.kind != DT_COMP_NONE || l->balance))
+        return dt_errorf(DT_ERR_INVALID, "plan: the parameter server is planned plain (no --zero, --compress, --balance)");
     return DT_OK;
+}
+
+/* One micro-batch of stage s through its rank: the fixed part (the cluster's
+ * micro_overhead_s, by the stage's share of the FLOPs) and the per-sample part
+ * at the rank's rate (profiled with all the host's ranks computing). */
+static double stage_time(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *sc, int s, double total,
+                         double mb) {
+    double fixed = total > 0 ? c->micro_overhead_s * sc[s].flops / total : 0;
+    return (fixed + sc[s].flops * mb / c->flops) / stage_speed(c, l, s);
 }
 
 /* The schedule and the busiest stage's parts. */
 static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const stage_cost *sc, dt_plan_pred *p) {
     const dt_plan_cluster *c = in->cluster;
     int P = l->pp, M = l->micro;
-    double Bl = ceil((double)in->batch / l->dp), mb = ceil(Bl / M);
+    double Bl = ceil((double)in->batch / l->dp), mb = ceil(Bl / M), total = 0;
     double fwd[256], bwd[256], tps[256];
+    for (int s = 0; s < P; s++) total += sc[s].flops;
     for (int s = 0; s < P; s++) {
-        int host = (s * l->tp * l->dp) / c->per_host;
-        double share = c->cores < c->per_host ? (double)c->cores / c->per_host : 1.0; /* oversubscribed */
-        double rate = c->flops * share * c->speed[host < c->hosts ? host : c->hosts - 1];
-        double f = sc[s].flops * mb / rate;
-        tps[s] = l->tp > 1 ? ar(c, 1, l->tp, sc[s].tp_bytes * mb) : 0;
+        double f = stage_time(c, l, sc, s, total, mb);
+        tps[s] = l->tp > 1 ? plan_ar(c, 1, l->tp, sc[s].tp_bytes * mb) : 0;
         fwd[s] = f / 3 + tps[s] / 2;
         bwd[s] = 2 * f / 3 + tps[s] / 2 + (l->recompute ? f / 3 + tps[s] / 2 : 0);
     }
@@ -87,27 +115,62 @@ static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const stage_
     double span = dt_plan_pipeline(l->sched, P, M, fwd, bwd, p2p, &busy);
     int worst = 0;
     for (int s = 1; s < P; s++)
-        if (M * (fwd[s] + bwd[s]) > M * (fwd[worst] + bwd[worst])) worst = s;
+        if (fwd[s] + bwd[s] > fwd[worst] + bwd[worst]) worst = s;
     p->tp_s = M * tps[worst] * (l->recompute ? 1.5 : 1);
     p->compute_s = busy - p->tp_s;
     p->bubble_s = span - busy;
-    /* dp: the busiest stage's gradients, bucket (block) by bucket after the last micro-batch */
-    int hosts, per;
-    dp_span(c, l, &hosts, &per);
-    double comm_end = 0, t = 0, last_bwd = bwd[worst], bytes = sc[worst].params * 4;
-    double share = l->zero == 2 ? 0.5 : 1.0;
-    if (l->dp > 1) {
-        for (int b = 0; b < sc[worst].blocks; b++) {
-            t += last_bwd / sc[worst].blocks; /* this bucket's gradients are final */
-            double nb = bytes / sc[worst].blocks;
-            double st = comm_end > t ? comm_end : t;
-            comm_end = st + share * ar(c, hosts, per, nb);
+    double dp = plan_dp_exposed(c, l, &sc[worst], bwd[worst]);
+    double codec = l->comp.kind != DT_COMP_NONE ? dp : 0;
+    p->dp_s = dp - codec;
+    p->codec_s = codec;
+    p->ps_s = plan_ps_exposed(c, l, &sc[worst], bwd[worst]);
+    p->zero_s = plan_zero_gather(c, l, &sc[worst]);
+    p->optim_s = l->servers ? 0 : sc[worst].params / (l->zero ? l->dp : 1) * c->optim_s_per_param;
+    p->step_s = span + p->dp_s + p->codec_s + p->ps_s + p->zero_s + p->optim_s;
+}
+
+/* "2,3,1": blocks per stage, for --pp-partition. */
+static void partition_text(const dt_partition *part, int pp, char *buf, size_t n) {
+    size_t w = 0;
+    buf[0] = 0;
+    for (int s = 0; s < pp && w < n; s++)
+        w += (size_t)snprintf(buf + w, n - w, "%s%d", s ? "," : "", part->first[s + 1] - part->first[s]);
+}
+
+/* Whether cost[0..n) fits P contiguous stages, stage s taking at most T x v[s]
+ * (greedy: each stage takes blocks while they fit, which is optimal for a
+ * contiguous split); the cut into *part when it does. */
+static bool fits_in(const double *cost, int n, int P, const double *v, double T, dt_partition *part) {
+    int b = 0;
+    for (int s = 0; s < P; s++) {
+        part->first[s] = b;
+        double sum = 0;
+        while (b < n && sum + cost[b] <= T * v[s] && n - b > P - s - 1) sum += cost[b++];
+        if (b == part->first[s]) return false; /* every stage holds a block */
+    }
+    part->first[P] = b;
+    part->stages = P;
+    return b == n;
+}
+
+/* The contiguous split of cost[] over P stages of speeds v[] minimising the
+ * slowest stage's cost / speed, by bisection on that time (60 halvings). */
+static void partition_speeds(const double *cost, int n, int P, const double *v, dt_partition *part) {
+    double lo = 0, hi = 0, vmin = 1e300;
+    for (int b = 0; b < n; b++) hi += cost[b];
+    for (int s = 0; s < P; s++) vmin = v[s] < vmin ? v[s] : vmin;
+    hi /= vmin;
+    dt_partition_uniform(n, P, part);
+    for (int k = 0; k < 60; k++) {
+        double mid = (lo + hi) / 2;
+        dt_partition t;
+        if (fits_in(cost, n, P, v, mid, &t)) {
+            hi = mid;
+            *part = t;
+        } else {
+            lo = mid;
         }
     }
-    p->dp_s = comm_end > last_bwd ? comm_end - last_bwd : 0;
-    p->zero_s = l->zero && l->dp > 1 ? 0.5 * ar(c, hosts, per, bytes) : 0;
-    p->optim_s = sc[worst].params / (l->zero ? l->dp : 1) * c->optim_s_per_param;
-    p->step_s = span + p->dp_s + p->zero_s + p->optim_s;
 }
 
 dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan_pred *out) {
@@ -121,65 +184,20 @@ dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan
     mc.tp_rank = 0;
     dt_model *m = NULL;
     if ((st = dt_model_probe(&mc, &m))) return st;
-    if (l->pp > m->n_blocks || l->pp > 256) {
+    if (l->pp > m->n_blocks || l->pp > 256 || m->n_blocks > 4096) {
         st = dt_errorf(DT_ERR_INVALID, "plan: --pp %d: the model has %d blocks", l->pp, m->n_blocks);
     } else {
-        double cost[4096];
+        double cost[4096], v[256];
+        for (int b = 0; b < m->n_blocks; b++) cost[b] = (double)m->blocks[b].flops + 1.0;
+        for (int s = 0; s < l->pp; s++) v[s] = stage_speed(c, l, s);
         dt_partition part;
-        int nb = m->n_blocks < 4096 ? m->n_blocks : 4096;
-        for (int b = 0; b < nb; b++) cost[b] = (double)m->blocks[b].flops + 1.0;
-        dt_partition_best(cost, nb, l->pp, &part);
+        partition_speeds(cost, m->n_blocks, l->pp, v, &part);
         stage_cost sc[256];
         stage_costs(m, &part, l->pp, sc);
+        partition_text(&part, l->pp, out->partition, sizeof out->partition);
         timeline(in, l, sc, out);
         st = plan_layout_memory(in, l, sc, out);
     }
     dt_model_destroy(m);
     return st;
-}
-
-static int by_prediction(const void *a, const void *b) {
-    const dt_plan_pred *x = a, *y = b;
-    if (x->fits != y->fits) return x->fits ? -1 : 1;
-    return x->step_s < y->step_s ? -1 : x->step_s > y->step_s;
-}
-
-dt_status dt_plan_layouts(const dt_plan_in *in, dt_plan_pred **out, int *n) {
-    const dt_plan_cluster *c = in->cluster;
-    int W = c->hosts * c->per_host, cap = 64, k = 0;
-    dt_plan_pred *v = dt_calloc((size_t)cap, sizeof *v);
-    if (!v) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    for (int tp = 1; tp <= c->per_host; tp++) {
-        if (W % tp) continue;
-        for (int pp = 1; pp <= W / tp; pp++) {
-            if ((W / tp) % pp) continue;
-            int dp = W / (tp * pp);
-            for (int zero = 0; zero <= (dp > 1 ? 2 : 0); zero++)
-                for (int M = 1; M <= (pp > 1 ? 16 : 1); M *= 2)
-                    for (int sch = 0; sch <= (pp > 1); sch++)
-                        for (int rc = 0; rc <= (pp > 1); rc++) {
-                            dt_plan_layout l = {dp, tp, pp, zero, M, sch ? DT_PLAN_GPIPE : DT_PLAN_1F1B, rc};
-                            dt_plan_pred p;
-                            if (dt_plan_predict(in, &l, &p)) continue; /* not valid here */
-                            if (k == cap) {
-                                dt_plan_pred *nv = dt_realloc_array(v, (size_t)cap * 2, sizeof *v);
-                                if (!nv) {
-                                    dt_free(v);
-                                    return dt_errorf(DT_ERR_NOMEM, "out of memory");
-                                }
-                                v = nv;
-                                cap *= 2;
-                            }
-                            v[k++] = p;
-                        }
-        }
-    }
-    if (k == 0) {
-        dt_free(v);
-        return dt_errorf(DT_ERR_INVALID, "plan: no layout of %d ranks can run this model with batch %d", W, in->batch);
-    }
-    qsort(v, (size_t)k, sizeof *v, by_prediction);
-    *out = v;
-    *n = k;
-    return DT_OK;
 }

@@ -4,8 +4,10 @@
  *   baseline (2 + 2 + K) Psi;  P_os 2Psi + 2Psi + K Psi/Nd;
  *   P_os+g 2Psi + (2 + K) Psi/Nd;  P_os+g+p (2 + 2 + K) Psi/Nd,
  * which for Psi = 7.5e9, Nd = 64, K = 12 are 120, 31.4, 16.6 and 1.9 GB (the
- * paper's figure 1). Tensor and pipeline parallelism divide Psi first. Cost:
- * a handful of flops. */
+ * paper's figure 1). Tensor and pipeline parallelism divide Psi first. What
+ * dtrain itself allocates per rank (every stage's arenas, ZeRO-2's staging,
+ * the unsharded copy, activations at its batch sizes) is layout_memory.c's.
+ * Cost: a handful of flops. */
 #include "dtrain/plan.h"
 
 dt_status dt_plan_memory(const dt_plan_mem_in *in, dt_plan_mem *out) {
@@ -21,6 +23,7 @@ dt_status dt_plan_memory(const dt_plan_mem_in *in, dt_plan_mem *out) {
     out->optim = share * in->optim_bytes / (in->zero >= 1 ? dp : 1);
     out->acts = in->act_bytes;
     out->buffers = in->buffer_bytes;
+    out->staging = out->copy = out->base = out->setup = 0; /* dtrain's own kinds: dt_plan_predict's */
     out->total = out->params + out->grads + out->optim + out->acts + out->buffers;
     return DT_OK;
 }

@@ -8,10 +8,38 @@
 typedef struct stage_cost {
     double flops, tp_bytes, params, acts, bound; /* per sample, floats for the last three */
     int blocks;
+    const dt_model *model;   /* the compiled model (this layout's tp), valid while
+                              * dt_plan_predict runs: layout_memory.c reads it */
+    int first, last;         /* the stage's blocks */
 } stage_cost;
 
 /* The memory of layout l with stage costs sc[0..l->pp) into p->mem (the stage
- * that needs the most) and p->fits against the cluster's memory per rank. */
+ * that needs the most, layout_memory.c's opening comment) and p->fits against
+ * the cluster's memory per rank. DT_ERR_INVALID for degrees, micro-batches or
+ * a batch below 1. */
 dt_status plan_layout_memory(const dt_plan_in *in, const dt_plan_layout *l, const stage_cost *sc, dt_plan_pred *p);
+/* The memory of stage s's rank that holds the most (data-parallel rank 0),
+ * by kind, into *out: layout_memory.c's accounting, sc stage s's cost (its
+ * model pointer valid). No failure: the caller checked the layout. */
+void plan_stage_memory(const dt_plan_in *in, const dt_plan_layout *l, const stage_cost *sc, int s, dt_plan_mem *out);
+/* Floats dt_acts_create(m, first, last, B) allocates, or dt_acts_create_shared
+ * (boundaries and gradient buffers only) when shared. */
+double plan_acts_floats(const dt_model *m, int first, int last, int B, bool shared);
+
+/* ---- communication (plan_comm.c) ---- */
+/* A ring-or-better all-reduce of `bytes` on hosts x per_host (dt_allreduce_predict). */
+double plan_ar(const dt_plan_cluster *c, int hosts, int per_host, double bytes);
+/* The hosts a stage's dp group (ranks tp apart) spans, and its ranks per host. */
+void plan_dp_span(const dt_plan_cluster *c, const dt_plan_layout *l, int *hosts, int *per);
+/* Bytes per value a codec puts on the wire (topk: value plus its index's varint). */
+double plan_codec_bytes(const dt_comp_cfg *cc);
+/* Seconds of the gradient reduction of stage cost w exposed after its last
+ * backward of last_bwd seconds (plain or compressed, all-reduce or ZeRO's
+ * reduce-scatter). */
+double plan_dp_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd);
+/* ZeRO 1/2's parameter all-gather after the update. */
+double plan_zero_gather(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w);
+/* The parameter server's exposed push, sum, apply and pull (BSP). */
+double plan_ps_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd);
 
 #endif

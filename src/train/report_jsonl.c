@@ -158,6 +158,41 @@ static dt_status put_pipeline(dt_report_jsonl *j, const dt_pipe_summary *p) {
     return put(j, o);
 }
 
+/* Every rank's memory: rank 0's kinds beside the fields above (act_bytes,
+ * buffer_bytes, model_copy_bytes), then per rank its own bytes (every kind
+ * dtrain counts) and its peak resident set, the largest of each with its rank,
+ * and each kind per rank ("by_rank"). */
+static void put_ranks_memory(json_t *o, const dt_mem_summary *m) {
+    /* singular names: no key of the line's own is repeated inside by_rank */
+    static const char *const name[DT_MEM_COUNT] = {"param", "grad", "staging", "optim", "act", "buffer", "copy", "rss_peak"};
+    json_t *own = json_array(), *rss = json_array(), *by = json_object();
+    double own_max = -1, rss_max = -1;
+    int own_at = 0, rss_at = 0;
+    for (int k = 0; k < DT_MEM_RSS; k++) json_object_set_new(by, name[k], json_array());
+    for (int q = 0; q < m->ranks; q++) {
+        const double *row = m->bytes + (size_t)q * DT_MEM_COUNT;
+        double sum = 0;
+        for (int k = 0; k < DT_MEM_RSS; k++) {
+            sum += row[k];
+            json_array_append_new(json_object_get(by, name[k]), json_integer((long long)row[k]));
+        }
+        json_array_append_new(own, json_integer((long long)sum));
+        json_array_append_new(rss, json_integer((long long)row[DT_MEM_RSS]));
+        if (sum > own_max) own_max = sum, own_at = q;
+        if (row[DT_MEM_RSS] > rss_max) rss_max = row[DT_MEM_RSS], rss_at = q;
+    }
+    set_int(o, "act_bytes", (long long)m->bytes[DT_MEM_ACTS]);
+    set_int(o, "buffer_bytes", (long long)m->bytes[DT_MEM_BUFFERS]);
+    set_int(o, "model_copy_bytes", (long long)m->bytes[DT_MEM_COPY]);
+    json_object_set_new(o, "own_bytes", own);
+    set_int(o, "own_max_bytes", (long long)own_max);
+    set_int(o, "own_max_rank", own_at);
+    json_object_set_new(o, "rss_peak_bytes", rss);
+    set_int(o, "rss_peak_max_bytes", (long long)rss_max);
+    set_int(o, "rss_peak_rank", rss_at);
+    json_object_set_new(o, "by_rank", by);
+}
+
 static dt_status put_memory(dt_report_jsonl *j, const dt_end_info *e) {
     const dt_train_result *r = e->res;
     json_t *o = json_object();
@@ -175,6 +210,7 @@ static dt_status put_memory(dt_report_jsonl *j, const dt_end_info *e) {
     set_real(o, "comm_exposed_s", r->exposed_s);
     set_real(o, "backward_s", r->backward_s);
     if (r->ckpt_replica_bytes > 0) set_int(o, "ckpt_replica_bytes", (long long)r->ckpt_replica_bytes);
+    if (e->mem) put_ranks_memory(o, e->mem);
     return put(j, o);
 }
 

@@ -117,6 +117,12 @@ dt_status tr_data_open(const dt_train_cfg *c, bool need_train, dt_dataset *d);
 void tr_free(tr_run *r);
 int64_t tr_total_steps(const dt_train_cfg *c, int64_t n_train);
 
+/* ---- memory.c -------------------------------------------------------------- */
+/* Every rank's memory by kind (report.h's dt_mem_kind rows, this rank's row
+ * filled here) summed over the world into *bytes (malloc'd, n x DT_MEM_COUNT;
+ * the caller frees it, also on error). Collective: every rank at the end. */
+dt_status tr_mem_gather(tr_run *r, double **bytes);
+
 /* ---- eval.c ---------------------------------------------------------------- */
 /* Each rank evaluates its contiguous share [share/shares] of the evaluation
  * items; the sums meet over comm. counts: this rank's results count (one per

@@ -398,7 +398,14 @@ static dt_status finish(tr_run *r) {
         e.pipe = &ps;
     }
     if (!st) st = tr_gather_weights(r); /* every rank alike, whatever reporters each has */
+    /* Memory last, so each rank's peak resident set includes the gather. */
+    double *mem = NULL;
+    dt_mem_summary ms = {.ranks = r->n};
+    if (!st) st = tr_mem_gather(r, &mem);
+    ms.bytes = mem;
+    e.mem = &ms;
     if (!st && r->lead) st = tr_report_end(c, &e);
+    dt_free(mem);
     dt_free(arr);
     dt_free(blocks);
     if (st || !r->trace) return st;

@@ -17,13 +17,25 @@
 
 #define NSIZES 7 /* 4 KiB .. 16 MiB by 4x */
 
-/* Mean seconds of one all-reduce of count floats by a on c, max over c's ranks. */
+/* Mean seconds of one all-reduce of count floats by a on c, max over c's ranks.
+ * Large messages on slow links (a 16 MiB all-reduce takes 2.4 s at 100 Mbit/s)
+ * get one warm-up and about a second of timed work, at least two iterations;
+ * rank 0's warm-up decides, so that every rank runs the same count. (Small
+ * messages keep three warm-ups: the first may pay for opening connections.) */
 static dt_status time_one(dt_comm *c, dt_algo a, float *buf, size_t count, double *out) {
-    int iters = count < (1u << 18) ? 50 : 8;
-    dt_status st = DT_OK;
-    for (int w = 0; w < 3 && !st; w++) st = dt_allreduce(c, buf, count, DT_OP_SUM, a);
-    if (!st) st = dt_barrier(c);
+    int iters = count < (1u << 18) ? 50 : 8, warm = 3;
     double t0 = dt_now();
+    dt_status st = dt_allreduce(c, buf, count, DT_OP_SUM, a);
+    double first = dt_now() - t0;
+    if (!st) st = dt_bcast(c, &first, sizeof first, 0, DT_ALGO_RING);
+    if (count >= (1u << 18) && first > 0.1) {
+        warm = 1;
+        iters = first * iters > 1.0 ? (int)(1.0 / first) : iters;
+        iters = iters < 2 ? 2 : iters;
+    }
+    for (int w = 1; w < warm && !st; w++) st = dt_allreduce(c, buf, count, DT_OP_SUM, a);
+    if (!st) st = dt_barrier(c);
+    t0 = dt_now();
     for (int i = 0; i < iters && !st; i++) st = dt_allreduce(c, buf, count, DT_OP_SUM, a);
     double v[64] = {0};
     int p = dt_comm_size(c) < 64 ? dt_comm_size(c) : 64;

@@ -65,6 +65,7 @@ typedef struct cli {
     float backoff;
     bool progress_off;
     const char *stop_signals, *time_limit;
+    const char *layout, *cluster;
 } cli;
 
 /* The program's defaults (the library's are dt_train_cfg_default's). */
@@ -83,6 +84,15 @@ static const dt_flag cli_flags[] = {
     {.name = "pretend-hosts", .type = DT_FLAG_INT, .off = CLI(pretend_hosts), .ilo = 1, .ihi = 4096, .attr = DT_FLAG_TRAIN,
      .section = "parallel", .arg = "K", .help = "testing: the ranks of this machine as K hosts (blocks of consecutive "
      "ranks), so that the hierarchical collectives run on one machine"},
+    {.name = "layout", .type = DT_FLAG_STRING, .off = CLI(layout), .attr = DT_FLAG_TRAIN, .section = "parallel",
+     .arg = "manual|auto", .default_text = "manual", .help = "auto: the planner's fastest layout that fits memory "
+     "for this launch's world (-n, --hostfile or --pretend-hosts), printed, then run as if its flags were given "
+     "(--tp, --pp, --zero, --micro-batches, --schedule, --pp-partition, --recompute, --compress, --strategy ps "
+     "--servers, --balance; config.json records them). Not with local SGD, Hogwild!, --aggregate or --accum "
+     "(docs/PLANNING.md)"},
+    {.name = "cluster", .type = DT_FLAG_STRING, .off = CLI(cluster), .attr = DT_FLAG_TRAIN, .section = "parallel",
+     .arg = "FILE", .default_text = "this machine, measured; links assumed", .help = "with --layout auto: the "
+     "cluster description to plan on ('dtrain plan --calibrate' writes one); its ranks must be the launch's"},
     {.name = "threads", .type = DT_FLAG_INT, .off = CLI(threads), .ilo = 1, .ihi = 1024, .attr = DT_FLAG_TRAIN | DT_FLAG_EVAL,
      .section = "run", .arg = "N", .help = "BLAS threads; with --strategy hogwild the Hogwild! threads",
      .default_text = "OpenBLAS default; 1 per rank with -n"},
@@ -178,6 +188,30 @@ static int end_job(dt_comm *world, dt_status st, const dt_train_result *r, doubl
 
 static int train_run(cli *cp, int full_argc, char **full_argv);
 
+/* This process hands the job to the supervisor (which restarts it). */
+static bool supervises(const cli *c) {
+    return c->max_restarts > 0 && !getenv("DTRAIN_SUPERVISED") && !dt_under_mpi_launcher();
+}
+
+/* Runs the parsed command line; with --layout auto, in the process that starts
+ * the ranks, first plans and then runs the command line with the chosen flags
+ * in place of --layout and --cluster (layout.c), parsed again into *c and *src. */
+static int train_layout(cli *c, dt_config_src *src, int argc, char **argv, int full_argc, char **full_argv) {
+    dt_cli_layout l = {.layout = c->layout, .cluster = c->cluster, .nproc = c->nproc, .hostfile = c->hostfile,
+                       .pretend_hosts = c->pretend_hosts, .threads = c->threads};
+    int rc = dt_cli_layout_check(&l, &c->cfg, argc, argv, src), an = 0;
+    if (rc || !c->layout || strcmp(c->layout, "auto") != 0 || supervises(c)) return rc ? rc : train_run(c, full_argc, full_argv);
+    char **av = NULL;
+    bool model_given;
+    if ((rc = dt_cli_layout_plan(&l, &c->cfg, full_argc, full_argv, &av, &an))) return rc;
+    dt_config_src_free(src);
+    *c = cli_default();
+    rc = parse_cli(c, DT_FLAG_TRAIN, DT_MODEL_MLP, an - 2, av + 2, src, &model_given);
+    if (!rc) rc = train_run(c, an, av);
+    dt_cli_layout_free(av, an);
+    return rc;
+}
+
 /* dtrain train --join OUT [FLAGS]: the job's command line (OUT/join.json),
  * without what only the job's launcher uses, then FLAGS; its port in *port. */
 static int join_args(const char *dir, int argc, char **argv, char ***out, int *n, char **port) {
@@ -239,7 +273,7 @@ static int cmd_train(int argc, char **argv, int full_argc, char **full_argv) {
         free(jv);
         free(port);
     } else if (!rc) {
-        rc = train_run(&c, full_argc, full_argv);
+        rc = train_layout(&c, &src, argc, argv, full_argc, full_argv);
     }
     dt_config_src_free(&src);
     return rc < 0 ? 0 : rc;
@@ -332,7 +366,7 @@ static int train_run(cli *cp, int full_argc, char **full_argv) {
     if (c.cfg.resume && strcmp(c.cfg.resume, "auto") != 0 && !dt_under_mpi_launcher() && access(c.cfg.resume, F_OK) != 0)
         return usage_error("--resume %s: no such checkpoint", c.cfg.resume);
     /* Flags are valid. Supervise (the child comes back here with DTRAIN_SUPERVISED). */
-    if (c.max_restarts > 0 && !getenv("DTRAIN_SUPERVISED") && !dt_under_mpi_launcher()) {
+    if (supervises(&c)) {
         dt_supervise_cfg sc = {c.max_restarts, c.min_nproc, c.nproc, c.nproc > 0, c.hostfile,
                                c.cfg.ckpt_dir != NULL, c.backoff};
         return dt_supervise(full_argc, full_argv, &sc);

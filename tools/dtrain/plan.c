@@ -4,7 +4,8 @@
  *   dtrain plan --cluster FILE [--model M] [--set K=V,...] [--batch B]
  *               [--optim adamw|sgd] [--top N] [--json]
  *
- * Exit 0 with the table, 2 for bad flags, 1 when nothing can run. */
+ * Exit 0 with the table, 2 for bad flags, 1 when nothing can run or nothing
+ * fits (the table still printed, with the smallest layout's command). */
 #include "cli.h"
 
 #include "dtrain/plan.h"
@@ -29,13 +30,13 @@ static const char *help =
     "'dtrain bench allreduce -n N --fit'), memory and cores from the system.\n";
 
 /* The links of `dtrain bench allreduce --fit`'s JSON line into c. */
-static int read_fit(const char *path, dt_plan_cluster *c) {
+static int read_fit(const char *who, const char *path, dt_plan_cluster *c) {
     json_error_t err;
     json_t *o = json_load_file(path, 0, &err);
     double la, lb, ca, cb, g;
     if (!o || json_unpack(o, "{s:{s:F,s:F},s:{s:F,s:F},s:F}", "local", "alpha", &la, "beta", &lb, "cross", "alpha", &ca,
                           "beta", &cb, "gamma", &g)) {
-        fprintf(stderr, "dtrain plan: %s: not the JSON line of 'dtrain bench allreduce --fit'\n", path);
+        fprintf(stderr, "%s: %s: not the JSON line of 'dtrain bench allreduce --fit'\n", who, path);
         json_decref(o);
         return 1;
     }
@@ -46,24 +47,39 @@ static int read_fit(const char *path, dt_plan_cluster *c) {
     return 0;
 }
 
-static int calibrate(const char *out, const char *fit, const dt_model_cfg *mc, int batch, int hosts, int per, int cores) {
-    dt_plan_cluster *c = calloc(1, sizeof *c);
-    if (!c) return 1;
+int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, int hosts, int per, int cores,
+                     const char *fit, dt_plan_cluster *c) {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     *c = (dt_plan_cluster){.hosts = hosts, .per_host = per, .cores = cores, .optim_s_per_param = 1e-9,
                            .memory = pages > 0 && psize > 0 ? (double)pages * psize / per : 1e9,
                            .links = {{2e-6, 8.0 / 40e9}, {50e-6, 8.0 / 1e9}, 0}};
     for (int h = 0; h < hosts; h++) c->speed[h] = 1;
-    int rc = fit ? read_fit(fit, c) : 0;
-    dt_status st = rc ? DT_OK : dt_plan_calibrate_flops(mc, batch, &c->flops);
-    if (!rc && !st) st = dt_plan_cluster_write(out, c);
-    if (!rc && st) fprintf(stderr, "dtrain plan: %s\n", dt_error_msg());
-    if (!rc && !st)
-        printf("wrote %s: %d x %d ranks, %.1f GFLOP/s per rank on the %s step, local %.2f us + %.3f ns/B%s\n", out, hosts,
-               per, c->flops / 1e9, dt_model_name(mc), c->links.local.alpha * 1e6, c->links.local.beta * 1e9,
-               fit ? "" : " (links assumed: pass --fit)");
+    if (fit && read_fit(who, fit, c)) return 1;
+    dt_plan_profile_out pr = {0};
+    if (dt_cli_profile_host(who, mc, B, adam, per, &pr)) return 1;
+    c->flops = pr.flops;
+    c->micro_overhead_s = pr.micro_overhead_s;
+    c->optim_s_per_param = pr.optim_s_per_param;
+    memcpy(c->codec_enc_s_per_float, pr.codec_enc_s_per_float, sizeof c->codec_enc_s_per_float);
+    memcpy(c->codec_dec_s_per_float, pr.codec_dec_s_per_float, sizeof c->codec_dec_s_per_float);
+    return 0;
+}
+
+static int calibrate(const char *out, const char *fit, const dt_model_cfg *mc, int batch, int hosts, int per, int cores,
+                     bool adam) {
+    dt_plan_cluster *c = calloc(1, sizeof *c);
+    if (!c) return 1;
+    int rc = dt_cli_plan_here("dtrain plan", mc, batch, adam, hosts, per, cores, fit, c);
+    if (!rc && dt_plan_calibrate_base(mc, NULL, batch, true, &c->base, &c->mpi_base))
+        rc = 1, fprintf(stderr, "dtrain plan: %s\n", dt_error_msg());
+    if (!rc && dt_plan_cluster_write(out, c)) rc = 1, fprintf(stderr, "dtrain plan: %s\n", dt_error_msg());
+    if (!rc)
+        printf("wrote %s: %d x %d ranks, %.1f GFLOP/s per rank on the %s step + %.2f ms a micro-batch, optimizer %.2f "
+               "ns/parameter, local %.2f us + %.3f ns/B%s\n", out, hosts, per, c->flops / 1e9, dt_model_name(mc),
+               c->micro_overhead_s * 1e3, c->optim_s_per_param * 1e9, c->links.local.alpha * 1e6,
+               c->links.local.beta * 1e9, fit ? "" : " (links assumed: pass --fit)");
     free(c);
-    return rc ? 1 : st ? 1 : 0;
+    return rc;
 }
 
 static int usage(const char *fmt, const char *a) {
@@ -73,15 +89,35 @@ static int usage(const char *fmt, const char *a) {
     return 2;
 }
 
+/* What a layout adds to plain data parallelism: "int8", "ps:2", "balance", or "-". */
+static void variant(const dt_plan_layout *l, char *buf, size_t n) {
+    if (l->comp.kind != DT_COMP_NONE) dt_comp_name(&l->comp, buf, n);
+    else if (l->servers) snprintf(buf, n, "ps:%d", l->servers);
+    else snprintf(buf, n, "%s", l->balance ? "balance" : "-");
+}
+
+void dt_cli_plan_flags(const dt_plan_pred *p, char *buf, size_t n) {
+    const dt_plan_layout *l = &p->l;
+    int w = 0;
+    if (n) buf[0] = '\0';
+    if (l->tp > 1 && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --tp %d", l->tp);
+    if (l->pp > 1 && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, " --pp %d --pp-partition %s --micro-batches %d --schedule %s%s", l->pp,
+                      p->partition, l->micro, l->sched == DT_PLAN_GPIPE ? "gpipe" : "1f1b",
+                      l->recompute ? " --recompute" : "");
+    if (l->zero && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --zero %d", l->zero);
+    char v[64];
+    variant(l, v, sizeof v);
+    if (l->servers && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --strategy ps --servers %d", l->servers);
+    if (l->balance && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --balance dynamic");
+    if (l->comp.kind != DT_COMP_NONE && w >= 0 && (size_t)w < n) snprintf(buf + w, n - (size_t)w, " --compress %s", v);
+}
+
 static void command_line(const dt_plan_pred *p, const char *model, const char *set, int batch, char *buf, size_t n) {
     const dt_plan_layout *l = &p->l;
-    int w = snprintf(buf, n, "dtrain train -n %d --model %s%s%s --batch %d", l->dp * l->tp * l->pp, model,
+    int w = snprintf(buf, n, "dtrain train -n %d --model %s%s%s --batch %d", l->dp * l->tp * l->pp + l->servers, model,
                      set[0] ? " --set " : "", set, batch);
-    if (l->tp > 1 && w > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --tp %d", l->tp);
-    if (l->pp > 1 && w > 0 && (size_t)w < n)
-        w += snprintf(buf + w, n - (size_t)w, " --pp %d --micro-batches %d --schedule %s%s", l->pp, l->micro,
-                      l->sched == DT_PLAN_GPIPE ? "gpipe" : "1f1b", l->recompute ? " --recompute" : "");
-    if (l->zero && w > 0 && (size_t)w < n) snprintf(buf + w, n - (size_t)w, " --zero %d", l->zero);
+    if (w > 0 && (size_t)w < n) dt_cli_plan_flags(p, buf + w, n - (size_t)w);
 }
 
 static void print_json(const dt_plan_pred *v, int n, const char *model, const char *set, int batch) {
@@ -95,6 +131,15 @@ static void print_json(const dt_plan_pred *v, int n, const char *model, const ch
             "schedule", p->l.sched == DT_PLAN_GPIPE ? "gpipe" : "1f1b", "recompute", p->l.recompute,
             "step_s", p->step_s, "compute_s", p->compute_s, "bubble_s", p->bubble_s, "tp_s", p->tp_s, "dp_s", p->dp_s,
             "zero_s", p->zero_s, "optim_s", p->optim_s, "memory_bytes", p->mem.total, "fits", p->fits, "command", cmd));
+        json_t *row = json_array_get(a, json_array_size(a) - 1);
+        char comp[64];
+        dt_comp_name(&p->l.comp, comp, sizeof comp);
+        json_object_set_new(row, "compress", json_string(comp));
+        json_object_set_new(row, "servers", json_integer(p->l.servers));
+        json_object_set_new(row, "balance", json_boolean(p->l.balance));
+        json_object_set_new(row, "codec_s", json_real(p->codec_s));
+        json_object_set_new(row, "ps_s", json_real(p->ps_s));
+        if (p->l.pp > 1) json_object_set_new(row, "partition", json_string(p->partition));
     }
     char *s = json_dumps(a, JSON_INDENT(1));
     if (s) puts(s);
@@ -105,14 +150,38 @@ static void print_json(const dt_plan_pred *v, int n, const char *model, const ch
 static void print_table(const dt_plan_pred *v, int n, int total, const dt_plan_cluster *c) {
     printf("%d layouts of %d ranks (%d hosts x %d); the first %d, fitting first, fastest first:\n", total,
            c->hosts * c->per_host, c->hosts, c->per_host, n);
-    printf("  dp tp pp zero  M sched recomp |  step ms  compute  bubble   tp comm  dp comm  zero ag  optim | MB/rank fits\n");
+    printf("  dp tp pp zero  M sched recomp variant   |  step ms  compute  bubble   tp comm  dp comm codec+ps  zero ag  "
+           "optim | MB/rank fits\n");
     for (int i = 0; i < n; i++) {
         const dt_plan_pred *p = &v[i];
-        printf("  %2d %2d %2d   %d %2d %-5s %-6s | %8.2f %8.2f %7.2f %8.2f %8.2f %8.2f %6.2f | %7.1f %s\n", p->l.dp,
-               p->l.tp, p->l.pp, p->l.zero, p->l.micro, p->l.pp > 1 ? (p->l.sched == DT_PLAN_GPIPE ? "gpipe" : "1f1b") : "-",
-               p->l.recompute ? "yes" : "no", 1e3 * p->step_s, 1e3 * p->compute_s, 1e3 * p->bubble_s, 1e3 * p->tp_s,
-               1e3 * p->dp_s, 1e3 * p->zero_s, 1e3 * p->optim_s, p->mem.total / 1e6, p->fits ? "yes" : "NO");
+        char var[64];
+        variant(&p->l, var, sizeof var);
+        printf("  %2d %2d %2d   %d %2d %-5s %-6s %-9s | %8.2f %8.2f %7.2f %8.2f %8.2f %8.2f %8.2f %6.2f | %7.1f %s\n",
+               p->l.dp, p->l.tp, p->l.pp, p->l.zero, p->l.micro,
+               p->l.pp > 1 ? (p->l.sched == DT_PLAN_GPIPE ? "gpipe" : "1f1b") : "-", p->l.recompute ? "yes" : "no", var,
+               1e3 * p->step_s, 1e3 * p->compute_s, 1e3 * p->bubble_s, 1e3 * p->tp_s, 1e3 * p->dp_s,
+               1e3 * (p->codec_s + p->ps_s), 1e3 * p->zero_s, 1e3 * p->optim_s, p->mem.total / 1e6, p->fits ? "yes" : "NO");
     }
+}
+
+/* The layout needing the least memory per rank. */
+static const dt_plan_pred *smallest(const dt_plan_pred *v, int n) {
+    const dt_plan_pred *s = &v[0];
+    for (int i = 1; i < n; i++)
+        if (v[i].mem.total < s->mem.total) s = &v[i];
+    return s;
+}
+
+/* What the table assumed about hosts of unequal speed, when they are. */
+static void assumptions(const dt_plan_cluster *c) {
+    bool unequal = false;
+    for (int h = 1; h < c->hosts; h++) unequal |= c->speed[h] != c->speed[0];
+    if (!unequal) return;
+    printf("assumed, hosts of unequal speed (");
+    for (int h = 0; h < c->hosts && h < 8; h++) printf("%s%g", h ? ", " : "", c->speed[h]);
+    printf("%s): a stage or replica runs at its slowest host's speed; pipeline stages are cut by speed (the\n"
+           "command's --pp-partition); variant 'balance' splits the batch by speed (--balance dynamic)\n",
+           c->hosts > 8 ? ", ..." : "");
 }
 
 int dt_cli_plan(int argc, char **argv) {
@@ -148,7 +217,9 @@ int dt_cli_plan(int argc, char **argv) {
     if (!st && tc.model.kind != DT_MODEL_FILE) dt_train_cfg_default(&tc, tc.model.kind);
     if (!st && set[0] && !(st = dt_model_set_check(set))) snprintf(tc.model.set, sizeof tc.model.set, "%s", set);
     if (st) return usage("%s", dt_error_msg());
-    if (cal) return calibrate(cal, fit, &tc.model, batch ? batch : tc.batch, hosts, per, cores);
+    if (cal)
+        return calibrate(cal, fit, &tc.model, batch ? batch : tc.batch, hosts, per, cores,
+                         adam_given ? adam : tc.optim.kind == DT_OPTIM_ADAMW);
     dt_plan_cluster *c = calloc(1, sizeof *c);
     dt_plan_pred *v = NULL;
     int n = 0;
@@ -169,11 +240,21 @@ int dt_cli_plan(int argc, char **argv) {
         print_json(v, shown, model, set, in.batch);
     } else {
         print_table(v, shown, n, c);
+        assumptions(c);
         char cmd[512];
-        command_line(&v[0], model, set, in.batch, cmd, sizeof cmd);
-        printf("%s\n  %s\n", v[0].fits ? "best:" : "none fits in memory; the smallest need:", cmd);
+        const dt_plan_pred *best = v[0].fits ? &v[0] : smallest(v, n);
+        command_line(best, model, set, in.batch, cmd, sizeof cmd);
+        printf("%s\n  %s\n", v[0].fits ? "best:" : "none fits in memory; the smallest:", cmd);
+    }
+    int rc = 0;
+    if (!v[0].fits) {
+        const dt_plan_pred *s = smallest(v, n);
+        fprintf(stderr, "dtrain plan: no layout fits %.3g GB per rank: the smallest needs %.3g GB (dp %d x tp %d x pp %d, "
+                        "ZeRO-%d); give more ranks or memory, or a smaller model or batch\n",
+                c->memory / 1e9, s->mem.total / 1e9, s->l.dp, s->l.tp, s->l.pp, s->l.zero);
+        rc = 1;
     }
     dt_free(v);
     free(c);
-    return 0;
+    return rc;
 }

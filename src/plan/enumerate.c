@@ -1,0 +1,100 @@
+/* Every layout of a cluster's world predicted and ranked (plan.h): dp x tp x
+ * pp with tp inside a host; ZeRO 0-2; for pipelines 1-64 micro-batches (powers
+ * of 2 the batch allows), GPipe
+ * and 1F1B, recomputation or not; for plain data parallelism the codecs
+ * (fp16, int8, topk:0.01, sign) and the parameter server with 1 or 2 servers
+ * (BSP); on hosts of unequal speed, plain data parallelism split by speed.
+ * Fitting layouts first, then by predicted step. Cost: one dt_plan_predict per
+ * layout, a few hundred for a small world. */
+#include "dtrain/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct list {
+    dt_plan_pred *v;
+    int n, cap;
+} list;
+
+/* Predicts l and keeps it when it is valid; DT_ERR_NOMEM is the only failure. */
+static dt_status add(list *x, const dt_plan_in *in, const dt_plan_layout *l) {
+    dt_plan_pred p;
+    if (dt_plan_predict(in, l, &p)) return DT_OK; /* not valid here */
+    if (x->n == x->cap) {
+        int cap = x->cap ? 2 * x->cap : 64;
+        dt_plan_pred *nv = dt_realloc_array(x->v, (size_t)cap, sizeof *nv);
+        if (!nv) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+        x->v = nv;
+        x->cap = cap;
+    }
+    x->v[x->n++] = p;
+    return DT_OK;
+}
+
+static bool unequal_speeds(const dt_plan_cluster *c) {
+    for (int h = 1; h < c->hosts; h++)
+        if (c->speed[h] != c->speed[0]) return true;
+    return false;
+}
+
+/* The plain data-parallel variants of a world of W ranks. */
+static dt_status plain_dp(list *x, const dt_plan_in *in, int W) {
+    static const char *codecs[] = {"fp16", "int8", "topk:0.01", "sign"};
+    dt_status st = DT_OK;
+    for (int k = 0; k < 4 && !st && W > 1; k++) {
+        dt_plan_layout l = {.dp = W, .tp = 1, .pp = 1, .micro = 1};
+        if ((st = dt_comp_parse(codecs[k], &l.comp))) return st;
+        for (l.zero = 0; l.zero <= 2 && !st; l.zero++) st = add(x, in, &l);
+    }
+    for (int S = 1; S <= 2 && !st && W - S >= 1; S++) {
+        dt_plan_layout l = {.dp = W - S, .tp = 1, .pp = 1, .micro = 1, .servers = S};
+        st = add(x, in, &l);
+    }
+    if (!st && unequal_speeds(in->cluster)) {
+        dt_plan_layout l = {.dp = W, .tp = 1, .pp = 1, .micro = 1, .balance = true};
+        st = add(x, in, &l);
+    }
+    return st;
+}
+
+static dt_status degrees(list *x, const dt_plan_in *in, int W, int tp, int pp) {
+    int dp = W / (tp * pp);
+    dt_status st = DT_OK;
+    for (int zero = 0; zero <= (dp > 1 ? 2 : 0) && !st; zero++)
+        for (int M = 1; M <= (pp > 1 ? 64 : 1) && M * dp <= in->batch && !st; M *= 2)
+            for (int sch = 0; sch <= (pp > 1) && !st; sch++)
+                for (int rc = 0; rc <= (pp > 1) && !st; rc++) {
+                    dt_plan_layout l = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .micro = M,
+                                        .sched = sch ? DT_PLAN_GPIPE : DT_PLAN_1F1B, .recompute = rc};
+                    st = add(x, in, &l);
+                }
+    return st;
+}
+
+static int by_prediction(const void *a, const void *b) {
+    const dt_plan_pred *x = a, *y = b;
+    if (x->fits != y->fits) return x->fits ? -1 : 1;
+    if (x->step_s != y->step_s) return x->step_s < y->step_s ? -1 : 1;
+    return x->mem.total < y->mem.total ? -1 : x->mem.total > y->mem.total; /* a tie: the smaller */
+}
+
+dt_status dt_plan_layouts(const dt_plan_in *in, dt_plan_pred **out, int *n) {
+    const dt_plan_cluster *c = in->cluster;
+    int W = c->hosts * c->per_host;
+    list x = {0};
+    dt_status st = DT_OK;
+    for (int tp = 1; tp <= c->per_host && !st; tp++)
+        for (int pp = 1; pp <= W / tp && !st; pp++)
+            if (W % (tp * pp) == 0) st = degrees(&x, in, W, tp, pp);
+    if (!st) st = plain_dp(&x, in, W);
+    if (!st && x.n == 0)
+        st = dt_errorf(DT_ERR_INVALID, "plan: no layout of %d ranks can run this model with batch %d", W, in->batch);
+    if (st) {
+        dt_free(x.v);
+        return st;
+    }
+    qsort(x.v, (size_t)x.n, sizeof *x.v, by_prediction);
+    *out = x.v;
+    *n = x.n;
+    return DT_OK;
+}

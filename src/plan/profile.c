@@ -1,0 +1,197 @@
+/* A model's training step profiled on this machine for the planner (plan.h).
+ *
+ * Forward and backward of a synthetic batch (zero inputs, class 0 targets: the
+ * arithmetic is that of any batch) at B, B/2, B/4 and B/8 samples, each the
+ * median of seven timed steps after one warm-up, fitted (least squares) as
+ *   t(b) = t0 + b c,
+ * c the time per sample (flops = the model's FLOPs per sample / c) and t0 what
+ * every micro-batch costs whatever its size (the layers' fixed work, the lower
+ * efficiency of small GEMMs): the compute counterpart of a link's alpha and
+ * beta. Then the optimizer's update (AdamW or SGD with momentum) over the
+ * model's parameters, per parameter; and each codec's encode (with error
+ * feedback where the codec has it by default) and decode of 2^20 normal
+ * values, per value. Every timed operation ends with the caller's sync hook:
+ * the program runs one profile per rank of a host (processes it starts) and
+ * makes the hook a barrier between them, so the times are those of a
+ * synchronous step with that many ranks on the host (threads would not do:
+ * OpenBLAS serialises GEMMs called from several threads of one process).
+ * Everything is allocated before the first operation, so no profile fails
+ * between two syncs. Cost: 32 steps (about 3 B samples), 8 updates and 16
+ * codings of 2^20 values per codec. */
+#include "dtrain/plan.h"
+
+#include "dtrain/compress.h"
+#include "dtrain/gradcomp.h"
+#include "dtrain/optim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CODEC_N ((size_t)1 << 20)
+static const char *codec_names[] = {"fp16", "bf16", "int8", "topk:0.01", "sign"};
+#define N_CODECS 5
+
+typedef struct worker {
+    dt_model *m;
+    dt_acts *a;
+    float *x, *y, *g, *e, *tmp;
+    int32_t *tok;
+    uint8_t *buf;
+    dt_optim *opt;
+    int B;
+    void (*sync)(void *);     /* NULL: one process */
+    void *sync_ctx;
+    dt_plan_profile_out out;
+} worker;
+
+static void worker_free(worker *w) {
+    dt_acts_destroy(w->a);
+    dt_model_destroy(w->m);
+    dt_optim_destroy(w->opt);
+    dt_free(w->x);
+    dt_free(w->y);
+    dt_free(w->tok);
+    dt_free(w->g);
+    dt_free(w->e);
+    dt_free(w->tmp);
+    dt_free(w->buf);
+}
+
+static dt_status worker_make(worker *w, const dt_model_cfg *mc, int B, bool adam) {
+    memset(w, 0, sizeof *w);
+    w->B = B;
+    dt_status st = dt_model_create(&w->m, mc);
+    if (st) return st;
+    dt_model *m = w->m;
+    dt_model_init(m, 1);
+    size_t per = m->input == DT_INPUT_TOKENS ? (size_t)m->seq_len : (size_t)m->in_floats;
+    w->x = dt_calloc((size_t)B * per + 1, sizeof(float));
+    w->y = dt_calloc((size_t)B * (size_t)(m->y_dim + 1), sizeof(float));
+    w->tok = dt_calloc((size_t)B * per + 1, sizeof(int32_t));
+    w->g = dt_alloc_floats(CODEC_N);
+    w->e = dt_calloc(CODEC_N, sizeof(float));
+    w->tmp = dt_alloc_floats(CODEC_N);
+    w->buf = dt_calloc(8 * CODEC_N + 64, 1);
+    if (!w->x || !w->y || !w->tok || !w->g || !w->e || !w->tmp || !w->buf)
+        st = dt_errorf(DT_ERR_NOMEM, "out of memory profiling the model");
+    if (!st) st = dt_acts_create(&w->a, m, 0, m->n_blocks - 1, B);
+    dt_optim_cfg oc;
+    dt_optim_cfg_default(&oc, adam ? DT_OPTIM_ADAMW : DT_OPTIM_SGD);
+    if (!adam) oc.momentum = 0.9f;
+    if (!st) st = dt_optim_create(&w->opt, &oc, m->n);
+    dt_rng r;
+    dt_rng_init(&r, 1, 0);
+    for (size_t i = 0; !st && i < CODEC_N; i++) w->g[i] = dt_rng_normal(&r);
+    if (st) worker_free(w);
+    return st;
+}
+
+static void sync_all(worker *w) {
+    if (w->sync) w->sync(w->sync_ctx);
+}
+
+static double step(worker *w, int B) {
+    dt_batch b = {.B = B, .x = w->x, .tokens = w->tok, .targets = w->tok, .y = w->y,
+                  .loss_scale = 1.0f / ((float)B * (float)w->m->loss_terms)};
+    double t0 = dt_now();
+    dt_model_zero_grad(w->m);
+    dt_model_forward(w->m, w->a, &b, NULL);
+    dt_model_backward(w->m, w->a, &b, NULL, NULL, NULL, NULL);
+    sync_all(w);
+    return dt_now() - t0;
+}
+
+static double update(worker *w, int B) {
+    (void)B;
+    double t0 = dt_now();
+    dt_optim_begin_step(w->opt);
+    dt_optim_update(w->opt, w->m->w, w->m->g, 0, w->m->n, 1e-3f, 0.01f);
+    sync_all(w);
+    return dt_now() - t0;
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of seven calls of f after one warm-up. */
+static double median7(double (*f)(worker *, int), worker *w, int B) {
+    double t[7];
+    f(w, B);
+    for (int r = 0; r < 7; r++) t[r] = f(w, B);
+    qsort(t, 7, sizeof t[0], by_value);
+    return t[3];
+}
+
+/* The least-squares line t = t0 + c x through n >= 1 points. */
+static void fit_line(const double *x, const double *t, int n, double *t0, double *c) {
+    double sx = 0, st = 0, sxx = 0, sxt = 0;
+    for (int i = 0; i < n; i++) sx += x[i], st += t[i], sxx += x[i] * x[i], sxt += x[i] * t[i];
+    double d = n * sxx - sx * sx;
+    *c = n > 1 && d > 0 ? (n * sxt - sx * st) / d : t[0] / x[0];
+    *t0 = n > 1 && d > 0 ? (st - *c * sx) / n : 0;
+}
+
+/* Encode and decode of CODEC_N normal values per codec: the median of seven
+ * after one warm-up, per value. */
+static void codecs(worker *w) {
+    dt_rng r;
+    dt_rng_init(&r, 2, 0);
+    for (int k = 0; k < N_CODECS; k++) {
+        dt_comp_cfg cc;
+        if (dt_comp_parse(codec_names[k], &cc)) continue; /* never: the names are ours */
+        double te[8], td[8];
+        for (int rep = 0; rep < 8; rep++) {
+            double t0 = dt_now();
+            size_t bytes = dt_gc_ef_default(cc.kind) ? dt_comp_encode_ef(&cc, w->g, w->e, CODEC_N, w->buf, w->tmp, &r)
+                                                     : dt_comp_encode(&cc, w->g, CODEC_N, w->buf, &r);
+            sync_all(w);
+            double t1 = dt_now();
+            (void)dt_comp_decode(&cc, w->buf, bytes, w->tmp, CODEC_N); /* our own encoding */
+            sync_all(w);
+            td[rep] = dt_now() - t1;
+            te[rep] = t1 - t0;
+        }
+        qsort(te + 1, 7, sizeof te[0], by_value);
+        qsort(td + 1, 7, sizeof td[0], by_value);
+        w->out.codec_enc_s_per_float[cc.kind] = te[4] / (double)CODEC_N;
+        w->out.codec_dec_s_per_float[cc.kind] = td[4] / (double)CODEC_N;
+    }
+}
+
+/* The whole profile of one worker; the same barriers in every worker. */
+static void profile_all(worker *w) {
+    double xs[4], ts[4];
+    int k = 0;
+    for (int b = w->B; k < 4 && (k == 0 || b < (int)xs[k - 1]); b = b / 2 > 0 ? b / 2 : 1, k++) {
+        xs[k] = b;
+        ts[k] = median7(step, w, b);
+    }
+    w->out.optim_s_per_param = median7(update, w, w->B) / (double)(w->m->n ? w->m->n : 1);
+    codecs(w);
+    double c, t0;
+    fit_line(xs, ts, k, &t0, &c);
+    if (!(c > 0) || t0 < 0) { /* noise: no fixed part to speak of */
+        c = ts[0] / w->B;
+        t0 = 0;
+    }
+    w->out.micro_overhead_s = t0;
+    w->out.flops = c > 0 ? (double)w->m->flops_per_sample / c : 0;
+}
+
+dt_status dt_plan_profile(const dt_model_cfg *mc, int B, bool adam, void (*sync)(void *), void *sync_ctx,
+                          dt_plan_profile_out *out) {
+    if (B < 1) return dt_errorf(DT_ERR_INVALID, "plan: profile needs a batch >= 1 (got %d)", B);
+    memset(out, 0, sizeof *out);
+    worker w;
+    dt_status st = worker_make(&w, mc, B, adam);
+    if (st) return st;
+    w.sync = sync;
+    w.sync_ctx = sync_ctx;
+    profile_all(&w);
+    *out = w.out;
+    out->procs = 1;
+    worker_free(&w);
+    return out->flops > 0 ? DT_OK : dt_errorf(DT_ERR_INVALID, "plan: profiling measured no time");
+}

@@ -1,0 +1,174 @@
+/* The planner's step-time model (dt_plan_predict, dt_plan_layouts) on cases
+ * worked by hand: one rank's step is the profile's line plus the optimizer;
+ * an exposed reduction with and without a core to spare; stages cut by host
+ * speed and a batch split by speed on unequal hosts; the codecs' bytes on the
+ * wire; every refusal in one line; and the enumeration's variants. */
+#include "dtrain/plan.h"
+#include "plan/plan_internal.h"
+#include "testhelp.h"
+
+#include <math.h>
+#include <string.h>
+
+static dt_plan_cluster *cluster(int hosts, int per, int cores) {
+    static dt_plan_cluster c;
+    memset(&c, 0, sizeof c);
+    c.hosts = hosts;
+    c.per_host = per;
+    c.cores = cores;
+    c.flops = 1e10;
+    c.memory = 1e12;
+    c.micro_overhead_s = 1e-3;
+    c.optim_s_per_param = 1e-9;
+    c.links.local = (dt_link_cost){1e-6, 1e-10};
+    c.links.cross = (dt_link_cost){5e-5, 8e-9};
+    for (int h = 0; h < hosts; h++) c.speed[h] = 1;
+    return &c;
+}
+
+static dt_model_cfg mlp(void) {
+    dt_model_cfg mc;
+    dt_model_cfg_default(&mc, DT_MODEL_MLP);
+    return mc;
+}
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-6 * fabs(b) + 1e-15; }
+
+static void one_rank(void) {
+    dt_model_cfg mc = mlp();
+    dt_model *m = NULL;
+    test_cond("one rank: probe", dt_model_probe(&mc, &m) == DT_OK);
+    double fps = (double)m->flops_per_sample, P = (double)m->n;
+    dt_model_destroy(m);
+    dt_plan_in in = {.model = &mc, .batch = 64, .adam = true, .cluster = cluster(1, 1, 1)};
+    dt_plan_layout l = {.dp = 1, .tp = 1, .pp = 1, .micro = 1};
+    dt_plan_pred p;
+    test_cond("one rank: predicted", dt_plan_predict(&in, &l, &p) == DT_OK);
+    double want = 1e-3 + fps * 64 / 1e10 + P * 1e-9;
+    printf("one rank: %.4f ms (t0 + B flops/rate + P optim = %.4f ms)\n", p.step_s * 1e3, want * 1e3);
+    test_cond("one rank: t0 + B x flops / rate + optimizer", near(p.step_s, want));
+    test_cond("one rank: nothing exposed", p.dp_s == 0 && p.bubble_s == 0 && p.tp_s == 0 && p.zero_s == 0);
+}
+
+static void spare_core(void) {
+    dt_model_cfg mc = mlp();
+    dt_plan_layout l = {.dp = 2, .tp = 1, .pp = 1, .micro = 1};
+    dt_plan_pred busy, spare;
+    dt_plan_in in = {.model = &mc, .batch = 64, .adam = true, .cluster = cluster(1, 2, 2)};
+    test_cond("no spare core: predicted", dt_plan_predict(&in, &l, &busy) == DT_OK);
+    in.cluster = cluster(1, 2, 4);
+    test_cond("spare cores: predicted", dt_plan_predict(&in, &l, &spare) == DT_OK);
+    double whole = plan_ar(in.cluster, 1, 2, 4.0 * (double)busy.mem.params / 4);
+    printf("2 ranks: exposed %.4f ms on 2 cores (the all-reduce: %.4f), %.4f ms on 4\n", busy.dp_s * 1e3, whole * 1e3,
+           spare.dp_s * 1e3);
+    test_cond("no spare core: the whole all-reduce is exposed", near(busy.dp_s, whole));
+    test_cond("a spare core: backward hides part of it", spare.dp_s < busy.dp_s);
+    l.zero = 2;
+    dt_plan_pred z2;
+    in.cluster = cluster(1, 2, 2);
+    test_cond("ZeRO-2: predicted", dt_plan_predict(&in, &l, &z2) == DT_OK);
+    test_cond("ZeRO-2: a reduce-scatter is half an all-reduce", near(z2.dp_s, whole / 2));
+    test_cond("ZeRO-2: the parameters gathered after the update", near(z2.zero_s, whole / 2));
+    test_cond("ZeRO-2: optimizer on half the parameters", near(z2.optim_s, busy.optim_s / 2));
+}
+
+static void unequal_hosts(void) {
+    dt_model_cfg mc;
+    dt_model_cfg_default(&mc, DT_MODEL_GPT);
+    dt_plan_in in = {.model = &mc, .batch = 8, .adam = true, .cluster = cluster(2, 1, 1)};
+    dt_plan_layout l = {.dp = 1, .tp = 1, .pp = 2, .micro = 4, .sched = DT_PLAN_1F1B};
+    dt_plan_pred even, slow;
+    test_cond("speeds 1, 1: predicted", dt_plan_predict(&in, &l, &even) == DT_OK);
+    dt_plan_cluster *c = cluster(2, 1, 1);
+    c->speed[1] = 0.5;
+    test_cond("speeds 1, 0.5: predicted", dt_plan_predict(&in, &l, &slow) == DT_OK);
+    int a0, a1, b0, b1;
+    sscanf(even.partition, "%d,%d", &a0, &a1);
+    sscanf(slow.partition, "%d,%d", &b0, &b1);
+    printf("pp 2: partition %s on equal hosts, %s when the second runs at half speed\n", even.partition,
+           slow.partition);
+    test_cond("the slower host's stage gets fewer blocks", b1 < a1 && b0 + b1 == a0 + a1);
+    /* plain dp on 2 hosts of speed 1 and 0.5: 1/0.5 static, 1/0.75 split by speed */
+    l = (dt_plan_layout){.dp = 2, .tp = 1, .pp = 1, .micro = 1};
+    dt_plan_pred st, bal;
+    test_cond("dp static: predicted", dt_plan_predict(&in, &l, &st) == DT_OK);
+    l.balance = true;
+    test_cond("dp by speed: predicted", dt_plan_predict(&in, &l, &bal) == DT_OK);
+    printf("dp on speeds 1, 0.5: compute %.2f ms static, %.2f ms split by speed\n", st.compute_s * 1e3,
+           bal.compute_s * 1e3);
+    test_cond("split by speed: the mean speed, not the slowest", near(bal.compute_s / st.compute_s, 0.5 / 0.75));
+}
+
+static void codecs(void) {
+    dt_comp_cfg cc;
+    dt_comp_parse("fp16", &cc);
+    test_cond("fp16: 2 bytes a value", plan_codec_bytes(&cc) == 2);
+    dt_comp_parse("int8", &cc);
+    test_cond("int8: a byte plus a scale per 256", near(plan_codec_bytes(&cc), 1 + 4.0 / 256));
+    dt_comp_parse("sign", &cc);
+    test_cond("sign: a bit plus a scale per 256", near(plan_codec_bytes(&cc), 0.125 + 4.0 / 256));
+    dt_comp_parse("topk:0.01", &cc);
+    test_cond("topk 1%: value and a 1-byte index delta", near(plan_codec_bytes(&cc), 0.01 * (4 + 1)));
+    dt_comp_parse("topk:0.0001:fp16", &cc);
+    test_cond("topk 0.01% fp16: 2-byte value, 2-byte delta", near(plan_codec_bytes(&cc), 0.0001 * (2 + 2)));
+}
+
+static void refuse(const dt_plan_in *in, dt_plan_layout l, const char *want) {
+    dt_plan_pred p;
+    dt_status st = dt_plan_predict(in, &l, &p);
+    bool ok = st == DT_ERR_INVALID && strstr(dt_error_msg(), want) && !strchr(dt_error_msg(), '\n');
+    printf("refused: %s\n", st ? dt_error_msg() : "(not refused)");
+    test_cond(want, ok);
+}
+
+static void refusals(void) {
+    dt_model_cfg mc = mlp();
+    dt_plan_in in = {.model = &mc, .batch = 8, .adam = true, .cluster = cluster(2, 2, 2)};
+    dt_comp_cfg int8, psgd;
+    dt_comp_parse("int8", &int8);
+    dt_comp_parse("powersgd:2", &psgd);
+    refuse(&in, (dt_plan_layout){.dp = 2, .tp = 1, .pp = 1, .micro = 1}, "is not the world of 4 ranks");
+    refuse(&in, (dt_plan_layout){.dp = 1, .tp = 4, .pp = 1, .micro = 1}, "--tp 4 spans hosts");
+    refuse(&in, (dt_plan_layout){.dp = 1, .tp = 1, .pp = 4, .micro = 16}, "batch 8 is smaller than dp 1 x micro-batches 16");
+    refuse(&in, (dt_plan_layout){.dp = 4, .tp = 1, .pp = 1, .micro = 1, .zero = 3}, "ZeRO 3 is not built");
+    refuse(&in, (dt_plan_layout){.dp = 2, .tp = 1, .pp = 2, .micro = 1, .comp = int8}, "for plain data parallelism");
+    refuse(&in, (dt_plan_layout){.dp = 4, .tp = 1, .pp = 1, .micro = 1, .comp = psgd}, "powersgd's cost is not modelled");
+    refuse(&in, (dt_plan_layout){.dp = 3, .tp = 1, .pp = 1, .micro = 1, .servers = 1, .zero = 1}, "planned plain");
+    in.batch = 64;
+    in.cluster = cluster(2, 4, 4);
+    refuse(&in, (dt_plan_layout){.dp = 1, .tp = 1, .pp = 8, .micro = 1}, "--pp 8: the model has 4 blocks");
+}
+
+static void enumeration(void) {
+    dt_model_cfg mc = mlp();
+    dt_plan_cluster *c = cluster(2, 2, 2);
+    c->speed[1] = 0.5;
+    dt_plan_in in = {.model = &mc, .batch = 64, .adam = true, .cluster = c};
+    dt_plan_pred *v = NULL;
+    int n = 0, ps = 0, comp = 0, bal = 0, sorted = 1;
+    test_cond("layouts: enumerated", dt_plan_layouts(&in, &v, &n) == DT_OK && n > 0);
+    for (int i = 0; i < n; i++) {
+        ps += v[i].l.servers > 0;
+        comp += v[i].l.comp.kind != DT_COMP_NONE;
+        bal += v[i].l.balance;
+        if (i && v[i].fits == v[i - 1].fits && v[i].step_s < v[i - 1].step_s) sorted = 0;
+        if (v[i].l.dp * v[i].l.tp * v[i].l.pp + v[i].l.servers != 4) sorted = 0;
+    }
+    printf("2 x 2 ranks, speeds 1 and 0.5: %d layouts, %d parameter-server, %d compressed, %d split by speed\n", n, ps,
+           comp, bal);
+    test_cond("layouts: the parameter server with 1 and 2 servers", ps == 2);
+    test_cond("layouts: 4 codecs x ZeRO 0-2", comp == 12);
+    test_cond("layouts: the batch split by speed on unequal hosts", bal == 1);
+    test_cond("layouts: the world's, fastest first", sorted);
+    dt_free(v);
+}
+
+int main(void) {
+    one_rank();
+    spare_core();
+    unequal_hosts();
+    codecs();
+    refusals();
+    enumeration();
+    return test_report();
+}
