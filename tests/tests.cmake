@@ -37,18 +37,24 @@ endforeach()
 # the same numbers. The sanitizer pass leaves them out (-LE matrix) and runs
 # test_paths, every path once, instead: under ASan a run costs 3-4x, and the
 # numbers are the optimised build's to check.
-foreach(matrix test_dp test_pp test_tp test_ckpt test_ps test_async test_compress_train test_cluster test_stop test_models)
+foreach(matrix test_dp test_pp test_tp test_ckpt test_ps test_async test_compress_train test_cluster test_stop test_models
+       test_layout_auto)
   if(TEST ${matrix})
     set_tests_properties(${matrix} PROPERTIES LABELS matrix)
   endif()
 endforeach()
 
 # The planner's tests (issue 16): `ctest -L plan` runs them alone.
-foreach(plan test_plan test_plan_layouts test_plan_memory test_plan_cli test_layout_auto)
+# (test_layout_auto trains layouts several times over: a matrix test too, left to the
+# optimised build.)
+foreach(plan test_plan test_plan_layouts test_plan_memory test_plan_cli)
   if(TEST ${plan})
     set_tests_properties(${plan} PROPERTIES LABELS plan)
   endif()
 endforeach()
+if(TEST test_layout_auto)
+  set_tests_properties(test_layout_auto PROPERTIES LABELS "plan;matrix")
+endif()
 
 # ---- test_comm under mpiexec: 2..5 ranks, oversubscribed on this machine -------
 # (The glob above already runs test_comm as one process: the self communicator.)
