@@ -142,6 +142,15 @@ static size_t resident_bytes(const dt_dp *dp) {
     return res * (size_t)getpagesize();
 }
 
+/* ZeRO-2: the staging arena's residency into *peak when it is higher. Only in
+ * the first steps: every step repeats the same pattern, and a full mincore
+ * pass per bucket on every step would cost O(buckets x P) page-table walks. */
+static void sample_staging(const dt_dp *dp, size_t *peak) {
+    if (dp->opt->t >= 3) return;
+    size_t r = resident_bytes(dp);
+    if (r > *peak) *peak = r;
+}
+
 static dt_status run_bucket(dt_dp *dp, int k) {
     bucket *b = &dp->b[k];
     float *g = dp->m->g + b->lo;
@@ -160,8 +169,7 @@ static dt_status run_bucket(dt_dp *dp, int k) {
             add_chunk(dp->gshard + b->state_off, dp->m->g + b->own_off, b->own_len);
             /* The arena's residency peaks just before a release: backward has
              * written buckets the thread has not reached yet. */
-            size_t r = resident_bytes(dp);
-            if (r > dp->staging_peak_comm) dp->staging_peak_comm = r;
+            sample_staging(dp, &dp->staging_peak_comm);
             release_range(dp, b->lo, b->hi);
         }
     }
@@ -382,8 +390,7 @@ static dt_status launch_upto(dt_dp *dp, int k) {
             for (int i = dp->launched; i <= k; i++) {
                 bucket *b = &dp->b[i];
                 add_chunk(dp->gshard + b->state_off, dp->m->g + b->own_off, b->own_len);
-                size_t r = resident_bytes(dp);
-                if (r > dp->staging_peak) dp->staging_peak = r;
+                sample_staging(dp, &dp->staging_peak);
                 release_range(dp, b->lo, b->hi);
             }
         }
@@ -413,10 +420,7 @@ void dt_dp_block_done(void *ctx, int block) {
     dt_dp *dp = ctx;
     int k = dp->block_bucket[block];
     if (k >= 0 && dp->b[k].first_block == block) {
-        if (dp->g_mapped && dp->sync && dp->size > 1) {
-            size_t r = resident_bytes(dp);
-            if (r > dp->staging_peak) dp->staging_peak = r;
-        }
+        if (dp->g_mapped && dp->sync && dp->size > 1) sample_staging(dp, &dp->staging_peak);
         launch_upto(dp, k);
     }
 }
