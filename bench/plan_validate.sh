@@ -84,13 +84,14 @@ fit() {
   tail -1 "$tmp/fit.txt" > "$tmp/fit.json"
   grep -E '^(local|cross|  )' "$tmp/fit.txt" | sed 's/^/#   /'
 }
-# plan W HOSTS PER CORES: describe the world, then every layout into $tmp/plan.json
+# plan W HOSTS PER CORES [--emulated]: describe the world (emulated hosts share
+# this machine's CORES), then every layout into $tmp/plan.json
 plan() {
   local model batch
   model=$(sed 's/.*--model \([a-z]*\).*/\1/' <<<"${!1}"); batch=$(sed 's/.*--batch \([0-9]*\).*/\1/' <<<"${!1}")
   rm -f "$tmp/plan.json"
   "$dt" plan --calibrate "$tmp/c.json" --model "$model" --batch "$batch" --fit "$tmp/fit.json" --hosts "$2" \
-    --ranks-per-host "$3" --cores "$4" > "$tmp/cal.log" 2>&1 &&
+    --ranks-per-host "$3" --cores "$4" ${5-} > "$tmp/cal.log" 2>&1 &&
     "$dt" plan --cluster "$tmp/c.json" --model "$model" --batch "$batch" --json --top 100000 > "$tmp/plan.json" 2>> "$tmp/cal.log" ||
     { echo "| $1 | planner failed: $(tail -1 "$tmp/cal.log") | | | | |"; echo '[]' > "$tmp/plan.json"; }
 }
@@ -250,8 +251,9 @@ fi
 
 # ---- two emulated hosts ---------------------------------------------------------
 # The 2 hosts share this machine's $cores cores and the kernel does not pin
-# them: each host is described with cores/2 (--cores 1 here), its fair share,
-# though a host whose ranks wait lends its core to the other.
+# them: a host whose ranks wait lends its cores to the other. The description
+# says so (--emulated: "shared_cores"), and the step is profiled by all four
+# ranks at once.
 cluster_part() {
   local rate per hf w steps list
   [ "$(id -u)" -eq 0 ] || { echo; echo "# the 2-host part skipped: it needs root (network namespaces)"; return; }
@@ -261,7 +263,7 @@ cluster_part() {
   printf 'node1 slots=2\nnode2 slots=2\n' > "$tmp/hosts2x2"
   for rate in 1gbit 100mbit; do
     if ! "$cl" link node1 rate $rate || ! "$cl" link node2 rate $rate; then echo "# could not set the links to $rate"; continue; fi
-    echo; echo "## 2 emulated hosts, links at $rate (--cores $((cores / 2)) per host)"
+    echo; echo "## 2 emulated hosts, links at $rate (sharing this machine's $cores cores)"
     for per in 1 2; do
       hf=$tmp/hosts2x$per
       echo; echo "# links, 2 hosts x $per: dtrain bench allreduce -n $((2 * per)) --hostfile --fit"
@@ -274,7 +276,7 @@ cluster_part() {
       for per in 1 2; do
         [ -f "$tmp/fit$per.json" ] || continue
         cp "$tmp/fit$per.json" "$tmp/fit.json"; list=C$((2 * per))
-        plan "$w" 2 "$per" $((cores / 2 > 0 ? cores / 2 : 1))
+        plan "$w" 2 "$per" "$cores" --emulated
         # shellcheck disable=SC2086
         group "$w" "2 hosts x $per, $rate" $((2 * per)) "$tmp/hosts2x$per" "${!steps}" ${!list}
       done

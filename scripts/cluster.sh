@@ -53,11 +53,14 @@ rate_bits() {
   [ "${BASH_REMATCH[3]}" = bps ] && n=$((n * 8))
   echo "$n"
 }
-# shape NS DEV RATE: tbf on DEV's egress; the bucket holds 2 ms at RATE, at least 256 KiB
+# shape NS DEV RATE: tbf on DEV's egress; the bucket holds 2 ms at RATE, at least
+# 16 KiB (ten frames). A bucket that does not scale with the rate lets a message
+# the size of the bucket cross free after an idle gap: 256 KiB is 21 ms at 100
+# Mbit/s, which made a pipeline's activations look free (docs/BENCHMARKS.md).
 shape() {
   local bits burst
   bits=$(rate_bits "$3") || refuse "--rate expects a tc rate like 100mbit, 1gbit, 10gbit; got '$3'"
-  burst=$((bits / 8 / 500)); [ "$burst" -lt 262144 ] && burst=262144
+  burst=$((bits / 8 / 500)); [ "$burst" -lt 16384 ] && burst=16384
   tc -n "$1" qdisc replace dev "$2" root tbf rate "$3" burst "$burst" latency 100ms 2>&1
 }
 hosts_up() { cat "$state/nhosts" 2>/dev/null; }

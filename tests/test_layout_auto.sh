@@ -8,14 +8,15 @@ source "$(dirname "$0")/lib.sh" "$@"
 # Two clusters that make a layout other than plain dp win. slow: links of 10
 # Mbit/s, where all-reducing the mlp's 7.5 MB of gradients (dp) or a layer's
 # activations (tp) costs far more than one stage boundary's activations per
-# micro-batch: 2 pipeline stages. hosts2: one rank on each of 2 hosts joined
-# at 100 Mbit/s, batch 256 (4x the compute to hide behind): dp with top-k.
+# micro-batch: 2 pipeline stages. hosts2: one rank on each of 2 hosts of 2
+# cores joined at 100 Mbit/s, batch 256 (4x the compute to hide behind): dp
+# with top-k, its coding on the spare core.
 cat > "$tmp/slow.json" <<'J'
 {"hosts": 1, "ranks_per_host": 2, "gflops": 50, "memory_gb": 12,
  "local": {"latency_us": 5, "bandwidth_gbit": 0.01}, "cross": {"latency_us": 60, "bandwidth_gbit": 0.01}}
 J
 cat > "$tmp/hosts2.json" <<'J'
-{"hosts": 2, "ranks_per_host": 1, "gflops": 50, "memory_gb": 12,
+{"hosts": 2, "ranks_per_host": 1, "cores": 2, "gflops": 50, "memory_gb": 12,
  "local": {"latency_us": 5, "bandwidth_gbit": 0.1}, "cross": {"latency_us": 60, "bandwidth_gbit": 0.1}}
 J
 # config_has FILE FLAGS...: config.json holds every flag of FLAGS, the other layout flags at their defaults

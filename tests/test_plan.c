@@ -48,27 +48,28 @@ static void pipelines(void) {
         dt_plan_sched sc = s ? DT_PLAN_1F1B : DT_PLAN_GPIPE;
         for (int P = 1; P <= 8; P *= 2)
             for (int M = 1; M <= 16; M *= 2) {
-                double span = dt_plan_pipeline(sc, P, M, f, b, 0, &busy);
+                double span = dt_plan_pipeline(sc, P, M, f, b, NULL, &busy);
                 double bubble = 1 - busy / span, want = (double)(P - 1) / (M + P - 1);
                 test_cond("equal stages: (M+P-1)(f+b)", span == (M + P - 1) * 3.0);
                 test_cond("equal stages: bubble (P-1)/(M+P-1)", fabs(bubble - want) < 1e-12);
             }
     }
     /* P 2, M 2, f = b = 1, p2p 0.5: stage 1 runs F0 [1.5, 2.5], F1 or B0 ...; both end at 7 */
-    double span_g = dt_plan_pipeline(DT_PLAN_GPIPE, 2, 2, f, f, 0.5, NULL);
-    double span_1 = dt_plan_pipeline(DT_PLAN_1F1B, 2, 2, f, f, 0.5, NULL);
+    double half[2] = {0, 0.5};
+    double span_g = dt_plan_pipeline(DT_PLAN_GPIPE, 2, 2, f, f, half, NULL);
+    double span_1 = dt_plan_pipeline(DT_PLAN_1F1B, 2, 2, f, f, half, NULL);
     printf("P 2, M 2, p2p 0.5: gpipe %.2f, 1f1b %.2f (hand: 7)\n", span_g, span_1);
     test_cond("transfer time: gpipe 7", span_g == 7);
     test_cond("transfer time: 1f1b 7", span_1 == 7);
     /* unequal: fwd {1, 2}, bwd {2, 4}, M 4: stage 1 busy 24 from t = 1 with no gap;
      * stage 0's last backward waits for stage 1's, then takes 2: 27 */
     double uf[2] = {1, 2}, ub[2] = {2, 4};
-    double span_u = dt_plan_pipeline(DT_PLAN_1F1B, 2, 4, uf, ub, 0, &busy);
+    double span_u = dt_plan_pipeline(DT_PLAN_1F1B, 2, 4, uf, ub, NULL, &busy);
     printf("unequal stages: 1f1b %.2f (hand: 27), busiest stage %.2f\n", span_u, busy);
     test_cond("unequal stages: 27", span_u == 27 && busy == 24);
-    test_cond("gpipe no shorter than 1f1b here", dt_plan_pipeline(DT_PLAN_GPIPE, 2, 4, uf, ub, 0, NULL) >= 27);
-    test_cond("P 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 0, 4, uf, ub, 0, NULL) < 0);
-    test_cond("M 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 2, 0, uf, ub, 0, NULL) < 0);
+    test_cond("gpipe no shorter than 1f1b here", dt_plan_pipeline(DT_PLAN_GPIPE, 2, 4, uf, ub, NULL, NULL) >= 27);
+    test_cond("P 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 0, 4, uf, ub, NULL, NULL) < 0);
+    test_cond("M 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 2, 0, uf, ub, NULL, NULL) < 0);
 }
 
 /* Narayanan et al. 2021 (arXiv 2104.04473), Table 1: GPT, s 2048, V 51200, on
@@ -204,7 +205,7 @@ static void scale_closed_forms(void) {
             double st = s == P - 1 ? pr.stage_s : Sm;
             f[s] = st / 4, b[s] = 3 * st / 4;
         }
-        double sim = dt_plan_pipeline(DT_PLAN_1F1B, P, M, f, b, 0, NULL);
+        double sim = dt_plan_pipeline(DT_PLAN_1F1B, P, M, f, b, NULL, NULL);
         double closed = M * pr.stage_s + (P - 1) * Sm;
         printf("%.1fB, P %d, M %d: closed form %.4f s, simulated 1F1B %.4f s\n", table1[rows[k]].billions, P, M, closed, sim);
         test_cond("pipeline check: within 1%", fabs(closed - sim) < 0.01 * sim);

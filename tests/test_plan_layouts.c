@@ -58,7 +58,7 @@ static void spare_core(void) {
     test_cond("no spare core: predicted", dt_plan_predict(&in, &l, &busy) == DT_OK);
     in.cluster = cluster(1, 2, 4);
     test_cond("spare cores: predicted", dt_plan_predict(&in, &l, &spare) == DT_OK);
-    double whole = plan_ar(in.cluster, 1, 2, 4.0 * (double)busy.mem.params / 4);
+    double whole = plan_ar(in.cluster, 1, 2, 1, 4.0 * (double)busy.mem.params / 4);
     printf("2 ranks: exposed %.4f ms on 2 cores (the all-reduce: %.4f), %.4f ms on 4\n", busy.dp_s * 1e3, whole * 1e3,
            spare.dp_s * 1e3);
     test_cond("no spare core: the whole all-reduce is exposed", near(busy.dp_s, whole));

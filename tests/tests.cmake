@@ -47,7 +47,7 @@ endforeach()
 # The planner's tests (issue 16): `ctest -L plan` runs them alone.
 # (test_layout_auto trains layouts several times over: a matrix test too, left to the
 # optimised build.)
-foreach(plan test_plan test_plan_layouts test_plan_memory test_plan_cli)
+foreach(plan test_plan test_plan_layouts test_plan_links test_plan_memory test_plan_cli)
   if(TEST ${plan})
     set_tests_properties(${plan} PROPERTIES LABELS plan)
   endif()

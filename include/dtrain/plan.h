@@ -61,14 +61,15 @@ typedef enum { DT_PLAN_GPIPE, DT_PLAN_1F1B } dt_plan_sched;
 
 /* The makespan of one step of P stages and M micro-batches: stage s takes fwd[s]
  * for a micro-batch's forward and bwd[s] for its backward (recomputation folded
- * in by the caller), and a boundary transfer takes p2p seconds. Order per stage:
+ * in by the caller), and a transfer between stages s-1 and s takes p2p[s] seconds
+ * (s = 1..P-1, either way; p2p NULL: none). Order per stage:
  * GPipe, every forward then every backward; 1F1B, P-s-1 warm-up forwards, then
  * one forward and one backward alternately, then the remaining backwards. Each
  * operation starts when its stage is free and its input has arrived. *busy, when
  * not NULL, receives the largest stage busy time; the bubble fraction is
  * 1 - busy / makespan ((P-1)/(M+P-1) for equal stages and p2p 0). Returns a
  * negative value for P < 1, M < 1 or P*M above 1 << 20. */
-double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, const double *bwd, double p2p,
+double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, const double *bwd, const double *p2p,
                         double *busy);
 
 /* ---- clusters and layouts -------------------------------------------------------
@@ -76,6 +77,7 @@ double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, co
  * rank computes (GEMM FLOP/s), its memory, each link level's latency and
  * bandwidth, optional per-host speed factors. */
 #define DT_PLAN_MAX_HOSTS 4096
+#define DT_PLAN_MAX_CURVE 16 /* sizes a link's measured rate may list */
 typedef struct dt_plan_cluster {
     int hosts, per_host;
     double flops;              /* FLOP/s a rank reaches on the model's step while all the
@@ -90,14 +92,29 @@ typedef struct dt_plan_cluster {
     double optim_s_per_param;  /* the optimizer's update, seconds per parameter */
     int cores;                 /* cores per host: with no core to spare, a reduction inside a
                                 * host does not overlap compute */
+    int shared_cores;          /* > 0: every host's ranks share these cores (hosts emulated on
+                                * one machine, scripts/cluster.sh); 0: each host its own */
     double micro_overhead_s;   /* a micro-batch's fixed forward + backward time, whole model */
     double codec_enc_s_per_float[DT_COMP_COUNT]; /* a codec's encode (error feedback too) */
     double codec_dec_s_per_float[DT_COMP_COUNT]; /* one decode-and-sum, seconds per float */
     double speed[DT_PLAN_MAX_HOSTS]; /* per-host factors on flops (1: as given) */
+    /* The cross link's rate as measured by message size ('dtrain bench allreduce
+     * --fit'): a message of cross_msg[k] bytes (ascending) crosses at
+     * cross_beta[k] s/byte; between sizes interpolated in log size, outside
+     * them the nearest. cross_n 0: links.cross's beta at every size. */
+    int cross_n;
+    double cross_msg[DT_PLAN_MAX_CURVE], cross_beta[DT_PLAN_MAX_CURVE];
 } dt_plan_cluster;
 
 /* Reads a cluster description; one line naming the file and the field on error. */
 dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *out);
+/* The links of 'dtrain bench allreduce --fit''s last line (a JSON object:
+ * local and cross alpha and beta, gamma, the cross link's "measured" sizes)
+ * into c's links and curve; the rest of c as it was. A cross beta of 0 (one
+ * host measured) leaves cross as local. DT_ERR_IO / DT_ERR_FORMAT with the path. */
+dt_status dt_plan_fit_read(const char *path, dt_plan_cluster *c);
+/* The cross link's beta for a message of `bytes` (the curve, or links.cross.beta). */
+double dt_plan_cross_beta(const dt_plan_cluster *c, double bytes);
 /* Writes c as a description (the format dt_plan_cluster_read reads). */
 dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c);
 /* FLOP/s one process reaches on the model's training step: a step of batch B

@@ -1,11 +1,13 @@
 /* A cluster description (plan.h, docs/PLANNING.md):
  *   {"hosts": 2, "ranks_per_host": 2, "gflops": 60, "memory_gb": 12,
  *    "local": {"latency_us": 2, "bandwidth_gbit": 40},
- *    "cross": {"latency_us": 50, "bandwidth_gbit": 1},
+ *    "cross": {"latency_us": 50, "bandwidth_gbit": 1, "measured": [[4096, 0.9], [1048576, 0.5]]},
  *    "optim_ns_per_param": 1, "cores": 2, "gamma_ns_per_byte": 0.14, "micro_overhead_us": 1300,
  *    "speed": [1, 0.5]}
  * Bandwidths in Gbit/s, as links are sold; optional: "speed" one factor per
  * host on its ranks' FLOP/s, "cores" per host (ranks beyond it share them),
+ * "shared_cores" the cores all hosts' ranks share (hosts emulated on one
+ * machine; absent: each host has its "cores"),
  * "gamma_ns_per_byte" the cost of summing a byte in a reduction,
  * "base_mb" what a rank holds besides dtrain's own allocations (the runtime and
  * the data) and "mpi_mb" what MPI adds to a rank of a world of more than one
@@ -13,10 +15,12 @@
  * "micro_overhead_us" the fixed forward + backward time of a micro-batch of the
  * whole model (the t0 of dt_plan_profile), "codec_ns_per_float" {"int8": [encode,
  * decode], ...} per codec (absent ones: codec_default's figures, measured on an
- * AVX2 EPYC). */
+ * AVX2 EPYC); "cross"."measured" the link's rate by message size,
+ * [bytes, Gbit/s] pairs by ascending size (dt_plan_cross_beta). */
 #include "dtrain/plan.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <string.h>
 
 static dt_status num(const char *path, const json_t *o, const char *key, double lo, double hi, double def,
@@ -75,6 +79,57 @@ static dt_status link_cost(const char *path, const json_t *o, const char *key, d
     return DT_OK;
 }
 
+/* The measured curve v: [[bytes, rate], ...] ascending, rate in Gbit/s (gbit)
+ * or s/byte. Absent: cross_n 0. */
+static dt_status curve(const char *path, const json_t *v, bool gbit, dt_plan_cluster *c) {
+    c->cross_n = 0;
+    if (!v) return DT_OK;
+    size_t n = json_is_array(v) ? json_array_size(v) : 0;
+    if (n < 1 || n > DT_PLAN_MAX_CURVE)
+        return dt_errorf(DT_ERR_INVALID, "%s: cross.measured must list 1 to %d [bytes, rate] pairs", path, DT_PLAN_MAX_CURVE);
+    for (size_t k = 0; k < n; k++) {
+        double m = 0, r = 0;
+        if (json_unpack(json_array_get(v, k), "[FF]", &m, &r) || !(m >= 1 && r > 0 && r < 1e9) ||
+            (k && m <= c->cross_msg[k - 1]))
+            return dt_errorf(DT_ERR_INVALID, "%s: cross.measured[%zu] must be [bytes, rate], positive, sizes ascending",
+                             path, k);
+        c->cross_msg[k] = m;
+        c->cross_beta[k] = gbit ? 8.0 / (r * 1e9) : r;
+    }
+    c->cross_n = (int)n;
+    return DT_OK;
+}
+
+double dt_plan_cross_beta(const dt_plan_cluster *c, double bytes) {
+    int n = c->cross_n;
+    if (n < 1) return c->links.cross.beta;
+    if (bytes <= c->cross_msg[0]) return c->cross_beta[0];
+    if (bytes >= c->cross_msg[n - 1]) return c->cross_beta[n - 1];
+    int k = 1;
+    while (c->cross_msg[k] < bytes) k++;
+    double f = log(bytes / c->cross_msg[k - 1]) / log(c->cross_msg[k] / c->cross_msg[k - 1]);
+    return c->cross_beta[k - 1] + f * (c->cross_beta[k] - c->cross_beta[k - 1]);
+}
+
+dt_status dt_plan_fit_read(const char *path, dt_plan_cluster *c) {
+    json_error_t err;
+    json_t *o = json_load_file(path, 0, &err);
+    double la, lb, ca, cb, g;
+    if (!o && err.line < 1) return dt_errorf(DT_ERR_IO, "%s: %s", path, err.text);
+    dt_status st = DT_OK;
+    if (!o || json_unpack(o, "{s:{s:F,s:F},s:{s:F,s:F},s:F}", "local", "alpha", &la, "beta", &lb, "cross", "alpha", &ca,
+                          "beta", &cb, "gamma", &g))
+        st = dt_errorf(DT_ERR_FORMAT, "%s: not the JSON line of 'dtrain bench allreduce --fit'", path);
+    if (!st && cb > 0) st = curve(path, json_object_get(json_object_get(o, "cross"), "measured"), false, c);
+    if (!st) {
+        c->links.local = (dt_link_cost){la, lb};
+        c->links.cross = cb > 0 ? (dt_link_cost){ca, cb} : c->links.local;
+        c->links.gamma = g;
+    }
+    json_decref(o);
+    return st;
+}
+
 dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
     memset(c, 0, sizeof *c);
     json_error_t err;
@@ -87,8 +142,9 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
     if (!st) st = num(path, o, "gflops", 1e-3, 1e9, -1, &gf);
     if (!st) st = num(path, o, "memory_gb", 1e-3, 1e9, -1, &gb);
     if (!st) st = num(path, o, "optim_ns_per_param", 0, 1e6, 1.0, &ons);
-    double cores = 0, gamma = 0, t0 = 0, base = 0, mpi = 0;
+    double cores = 0, gamma = 0, t0 = 0, base = 0, mpi = 0, shared = 0;
     if (!st) st = num(path, o, "cores", 1, 1 << 20, 0, &cores);
+    if (!st) st = num(path, o, "shared_cores", 1, 1 << 20, 0, &shared);
     if (!st) st = num(path, o, "base_mb", 0, 1e9, 0, &base);
     if (!st) st = num(path, o, "mpi_mb", 0, 1e9, 0, &mpi);
     if (!st) st = num(path, o, "micro_overhead_us", 0, 1e9, 0, &t0);
@@ -96,6 +152,7 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
     if (!st) st = link_cost(path, o, "local", &c->links.local);
     if (!st) st = codecs(path, o, c);
     if (!st) st = link_cost(path, o, "cross", &c->links.cross);
+    if (!st) st = curve(path, json_object_get(json_object_get(o, "cross"), "measured"), true, c);
     if (!st && (hosts != (int)hosts || per != (int)per))
         st = dt_errorf(DT_ERR_INVALID, "%s: \"hosts\" and \"ranks_per_host\" must be integers", path);
     if (!st) {
@@ -107,6 +164,7 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
         c->mpi_base = mpi * 1e6;
         c->optim_s_per_param = ons * 1e-9;
         c->cores = cores > 0 ? (int)cores : c->per_host;
+        c->shared_cores = (int)shared;
         c->links.gamma = gamma * 1e-9;
         c->micro_overhead_s = t0 * 1e-6;
         for (int h = 0; h < c->hosts; h++) c->speed[h] = 1.0;
@@ -141,8 +199,13 @@ dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c) {
         json_object_set_new(cs, codec_default[k].name, json_pack("[f,f]", c->codec_enc_s_per_float[codec_default[k].kind] * 1e9,
                                                                   c->codec_dec_s_per_float[codec_default[k].kind] * 1e9));
     if (o) json_object_set_new(o, "micro_overhead_us", json_real(c->micro_overhead_s * 1e6));
+    if (o && c->shared_cores > 0) json_object_set_new(o, "shared_cores", json_integer(c->shared_cores));
     if (o) json_object_set_new(o, "base_mb", json_real(c->base / 1e6));
     if (o) json_object_set_new(o, "mpi_mb", json_real(c->mpi_base / 1e6));
+    json_t *cr = json_object_get(o, "cross"), *cv = c->cross_n > 0 && cr ? json_array() : NULL;
+    for (int k = 0; cv && k < c->cross_n; k++)
+        json_array_append_new(cv, json_pack("[f,f]", c->cross_msg[k], 8.0 / c->cross_beta[k] / 1e9));
+    if (cv) json_object_set_new(cr, "measured", cv);
     if (o) json_object_set_new(o, "codec_ns_per_float", cs);
     else json_decref(cs);
     if (!o) return dt_errorf(DT_ERR_NOMEM, "out of memory");

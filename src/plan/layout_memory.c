@@ -127,8 +127,8 @@ static double staging(const dt_plan_in *in, const dt_plan_layout *l, const stage
     double foreign, all;
     tied(sc, &foreign, &all);
     int hosts, per;
-    plan_dp_span(in->cluster, l, &hosts, &per);
-    if (l->dp > 1 && hosts == 1 && in->cluster->per_host >= in->cluster->cores) return sc->params + foreign;
+    plan_dp_span(in->cluster, l, &hosts, &per, NULL);
+    if (l->dp > 1 && hosts == 1 && plan_oversubscribed(in->cluster)) return sc->params + foreign;
     return (l->dp > 1 ? big2 : big1) + all;
 }
 

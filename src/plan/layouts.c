@@ -9,7 +9,8 @@
  *   partition blocks cut into stages by minimum bottleneck of FLOPs over the
  *             stage's host speed (what --pp-partition is then given);
  *   tp        each block's all-reduce bytes through the local link (ring cost);
- *   schedule  dt_plan_pipeline over the stages, boundary transfers between;
+ *   schedule  dt_plan_pipeline over the stages, boundary transfers between
+ *             (across hosts, the stage's ranks on a host share its link);
  *   dp, ZeRO, compression, parameter server: plan_comm.c;
  *   optimizer the rank's share of parameters x the cluster's time per parameter.
  * Heterogeneous hosts: a stage runs at its slowest host's speed, except plain
@@ -50,13 +51,13 @@ static void stage_costs(const dt_model *m, const dt_partition *part, int pp, sta
         sc[s].model = m; /* for layout_memory.c, while dt_plan_predict runs */
         sc[s].first = part->first[s];
         sc[s].last = part->first[s + 1] - 1;
+        sc[s].bound = (double)m->blocks[part->first[s]].in_dim; /* what crosses from stage s-1 */
         for (int b = part->first[s]; b < part->first[s + 1]; b++) {
             const dt_block *k = &m->blocks[b];
             sc[s].flops += (double)k->flops;
             sc[s].tp_bytes += (double)k->tp_bytes;
             sc[s].params += (double)(k->param_hi - k->param_lo);
             sc[s].acts += (double)k->ops->saved_floats(k, 1) + (double)k->in_dim;
-            sc[s].bound += (double)k->in_dim;
             sc[s].blocks++;
         }
     }
@@ -100,16 +101,21 @@ static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const stage_
     for (int s = 0; s < P; s++) total += sc[s].flops;
     for (int s = 0; s < P; s++) {
         double f = stage_time(c, l, sc, s, total, mb);
-        tps[s] = l->tp > 1 ? plan_ar(c, 1, l->tp, sc[s].tp_bytes * mb) : 0;
+        tps[s] = l->tp > 1 ? plan_ar(c, 1, l->tp, 1, sc[s].tp_bytes * mb) : 0;
         fwd[s] = f / 3 + tps[s] / 2;
         bwd[s] = 2 * f / 3 + tps[s] / 2 + (l->recompute ? f / 3 + tps[s] / 2 : 0);
     }
-    bool cross = P > 1 && l->tp * l->dp >= c->per_host;
-    const dt_link_cost *lk = cross ? &c->links.cross : &c->links.local;
-    double p2p = 0;
+    /* stage s holds ranks s.span .. (s+1).span - 1: a boundary crosses hosts when
+     * its two stages' first ranks are on different hosts, and then each of the
+     * stage's ranks on the host sends its replica's activations through the
+     * one link at once */
+    int span_r = l->tp * l->dp, on_host = span_r < c->per_host ? span_r : c->per_host;
+    double p2p[256] = {0};
     for (int s = 1; s < P; s++) {
-        double t = lk->alpha + sc[s].bound * 4 * mb * lk->beta;
-        if (t > p2p) p2p = t;
+        bool cross = s * span_r / c->per_host != (s - 1) * span_r / c->per_host;
+        double bytes = sc[s].bound * 4 * mb;
+        dt_link_cost lk = plan_link(c, cross, bytes);
+        p2p[s] = lk.alpha + bytes * lk.beta * (cross ? on_host : 1);
     }
     double busy;
     double span = dt_plan_pipeline(l->sched, P, M, fwd, bwd, p2p, &busy);

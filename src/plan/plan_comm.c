@@ -15,21 +15,37 @@
  *   ps       the parameter server under BSP: each of S servers takes W pushes
  *            of P/S floats, sums them, applies the optimizer and answers W
  *            pulls, through its one link.
- * When the host's ranks already use every core, a reduction inside the host
- * (shared memory: copies and sums on a core) cannot hide behind compute and
- * all of it is exposed. Cost: O(blocks) per layout. */
+ * When the ranks already use every core, no reduction hides behind compute
+ * (plan_dp_exposed). A message across hosts crosses at the rate measured for
+ * its size when the description has the link's curve (dt_plan_cross_beta):
+ * TCP and the shapers make a link's rate depend on the message. Cost:
+ * O(blocks) per layout. */
 #include "plan_internal.h"
 
 #include <math.h>
 
-double plan_ar(const dt_plan_cluster *c, int hosts, int per_host, double bytes) {
-    return bytes > 0 ? dt_allreduce_predict(&c->links, DT_ALGO_AUTO, hosts, per_host, (size_t)bytes) : 0;
+dt_link_cost plan_link(const dt_plan_cluster *c, bool cross, double msg) {
+    return cross ? (dt_link_cost){c->links.cross.alpha, dt_plan_cross_beta(c, msg)} : c->links.local;
 }
 
-void plan_dp_span(const dt_plan_cluster *c, const dt_plan_layout *l, int *hosts, int *per) {
+double plan_ar(const dt_plan_cluster *c, int hosts, int per_host, int share, double bytes) {
+    if (bytes <= 0) return 0;
+    dt_cost_model m = c->links;
+    /* a ring step across hosts carries bytes / (hosts x per_host): the flat
+     * ring's chunk, or the hierarchical cross ring's share of a host's shard */
+    if (hosts > 1) m.cross = plan_link(c, true, bytes / (hosts * per_host));
+    m.cross.beta *= share;
+    return dt_allreduce_predict(&m, DT_ALGO_AUTO, hosts, per_host, (size_t)bytes);
+}
+
+void plan_dp_span(const dt_plan_cluster *c, const dt_plan_layout *l, int *hosts, int *per, int *share) {
     int span = l->tp * l->dp; /* consecutive ranks of one stage */
     *hosts = span <= c->per_host ? 1 : span / c->per_host;
     *per = l->dp / *hosts > 0 ? l->dp / *hosts : 1;
+    /* the stage's ranks on one host are tp groups' members: each dp group
+     * (one per tp rank) reduces through the same host link at once */
+    int on_host = span < c->per_host ? span : c->per_host;
+    if (share) *share = on_host / *per > 1 ? on_host / *per : 1;
 }
 
 double plan_codec_bytes(const dt_comp_cfg *cc) {
@@ -48,44 +64,53 @@ double plan_codec_bytes(const dt_comp_cfg *cc) {
 }
 
 /* One bucket of n floats reduced over N ranks on hosts x per. */
-static double bucket(const dt_plan_cluster *c, const dt_plan_layout *l, int hosts, int per, double n) {
+static double bucket(const dt_plan_cluster *c, const dt_plan_layout *l, int hosts, int per, int share, double n) {
     int N = hosts * per;
     bool scatter = l->zero > 0;
-    if (l->comp.kind == DT_COMP_NONE) return (scatter ? 0.5 : 1.0) * plan_ar(c, hosts, per, 4 * n);
-    const dt_link_cost *lk = hosts > 1 ? &c->links.cross : &c->links.local;
+    if (l->comp.kind == DT_COMP_NONE) return (scatter ? 0.5 : 1.0) * plan_ar(c, hosts, per, share, 4 * n);
     double e = plan_codec_bytes(&l->comp), enc = c->codec_enc_s_per_float[l->comp.kind] * n;
-    double dec = c->codec_dec_s_per_float[l->comp.kind] * n * (scatter ? 1 : N);
-    return (N - 1) * (lk->alpha + e * n * lk->beta / (scatter ? N : 1)) + enc + dec;
+    double dec = c->codec_dec_s_per_float[l->comp.kind] * n * (scatter ? 1 : N), msg = e * n / (scatter ? N : 1);
+    dt_link_cost lk = plan_link(c, hosts > 1, msg);
+    return (N - 1) * (lk.alpha + msg * lk.beta * (hosts > 1 ? share : 1)) + enc + dec;
 }
 
+/* Buckets leave as backward finishes them (a block a bucket) and queue on the
+ * communication thread; what runs past the last backward is exposed. With no
+ * core to spare nothing hides: the communication thread waits for a core
+ * while backward holds them (measured: W2's all-reduce across two emulated
+ * hosts was as exposed as ZeRO-1's reduce-scatter, which runs after backward),
+ * and a reduction in shared memory or a codec is a core's work anyway. */
 double plan_dp_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd) {
     if (l->dp < 2 || l->servers) return 0;
-    int hosts, per;
-    plan_dp_span(c, l, &hosts, &per);
-    double n = w->params, comm_end = 0, t = 0;
-    if (hosts == 1 && c->per_host >= c->cores) return bucket(c, l, 1, per, n);
+    int hosts, per, share;
+    plan_dp_span(c, l, &hosts, &per, &share);
+    double n = w->params, comm_end = 0, t = 0, all = 0;
+    bool spare = !plan_oversubscribed(c);
     for (int b = 0; b < w->blocks; b++) {
-        t += last_bwd / w->blocks; /* this bucket's gradients are final */
+        t += spare ? last_bwd / w->blocks : 0; /* this bucket's gradients are final */
         double st = comm_end > t ? comm_end : t;
-        comm_end = st + bucket(c, l, hosts, per, n / w->blocks);
+        double one = bucket(c, l, hosts, per, share, n / w->blocks);
+        comm_end = st + one;
+        all += one;
     }
+    if (!spare) return all;
     return comm_end > last_bwd ? comm_end - last_bwd : 0;
 }
 
 double plan_zero_gather(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w) {
     if (!l->zero || l->dp < 2) return 0;
-    int hosts, per;
-    plan_dp_span(c, l, &hosts, &per);
-    return 0.5 * plan_ar(c, hosts, per, w->params * 4);
+    int hosts, per, share;
+    plan_dp_span(c, l, &hosts, &per, &share);
+    return 0.5 * plan_ar(c, hosts, per, share, w->params * 4);
 }
 
 double plan_ps_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd) {
     int S = l->servers, W = l->dp;
     if (S < 1) return 0;
     bool cross = W + S > c->per_host;
-    const dt_link_cost *lk = cross ? &c->links.cross : &c->links.local;
     double range = 4 * w->params / S;                   /* bytes a server holds */
-    double push = W * (lk->alpha + range * lk->beta);   /* into one server's link */
+    dt_link_cost lk = plan_link(c, cross, range);
+    double push = W * (lk.alpha + range * lk.beta);     /* into one server's link */
     double sum = W * range * c->links.gamma;
     double apply = w->params / S * c->optim_s_per_param;
     /* pushes leave as backward finishes each server's range: all but the last overlap */

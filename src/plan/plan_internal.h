@@ -26,11 +26,28 @@ void plan_stage_memory(const dt_plan_in *in, const dt_plan_layout *l, const stag
  * (boundaries and gradient buffers only) when shared. */
 double plan_acts_floats(const dt_model *m, int first, int last, int B, bool shared);
 
+/* The ranks that compete for one set of cores (a host's, or every host's when
+ * they share the machine's) and those cores; oversubscribed: no core to spare. */
+static inline int plan_ranks_sharing(const dt_plan_cluster *c) {
+    return c->shared_cores > 0 ? c->hosts * c->per_host : c->per_host;
+}
+static inline int plan_cores_sharing(const dt_plan_cluster *c) {
+    return c->shared_cores > 0 ? c->shared_cores : c->cores;
+}
+static inline bool plan_oversubscribed(const dt_plan_cluster *c) {
+    return plan_ranks_sharing(c) >= plan_cores_sharing(c);
+}
+
 /* ---- communication (plan_comm.c) ---- */
-/* A ring-or-better all-reduce of `bytes` on hosts x per_host (dt_allreduce_predict). */
-double plan_ar(const dt_plan_cluster *c, int hosts, int per_host, double bytes);
-/* The hosts a stage's dp group (ranks tp apart) spans, and its ranks per host. */
-void plan_dp_span(const dt_plan_cluster *c, const dt_plan_layout *l, int *hosts, int *per);
+/* The link a message of msg bytes takes: local, or across hosts at the rate
+ * measured for its size. */
+dt_link_cost plan_link(const dt_plan_cluster *c, bool cross, double msg);
+/* A ring-or-better all-reduce of `bytes` on hosts x per_host (dt_allreduce_predict),
+ * `share` such all-reduces crossing each host's link at once. */
+double plan_ar(const dt_plan_cluster *c, int hosts, int per_host, int share, double bytes);
+/* The hosts a stage's dp group (ranks tp apart) spans, its ranks per host, and
+ * (share not NULL) how many of the stage's dp groups use one host link at once. */
+void plan_dp_span(const dt_plan_cluster *c, const dt_plan_layout *l, int *hosts, int *per, int *share);
 /* Bytes per value a codec puts on the wire (topk: value plus its index's varint). */
 double plan_codec_bytes(const dt_comp_cfg *cc);
 /* Seconds of the gradient reduction of stage cost w exposed after its last

@@ -1,7 +1,8 @@
 /* A pipeline schedule simulated event by event (plan.h). Each stage runs its
  * operations in the schedule's order; an operation starts at the later of its
  * stage becoming free and its input arriving (a forward's from the stage
- * before, plus p2p; a backward's from the stage after, plus p2p; the last
+ * before, plus that boundary's p2p; a backward's from the stage after, plus
+ * its boundary's p2p; the last
  * stage's backward of micro-batch m follows its own forward of m). The finish
  * times are the least fixed point of those rules, reached by passes over the
  * stages in order: each pass settles at least one more operation, so at most
@@ -35,7 +36,7 @@ static void op_at(dt_plan_sched sched, int P, int M, int s, int k, int *m, int *
     *m = (M - warm) + (j - 2 * (M - warm)); /* cool-down: the remaining backwards */
 }
 
-double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, const double *bwd, double p2p,
+double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, const double *bwd, const double *p2p,
                         double *busy) {
     if (P < 1 || M < 1 || (long long)P * M > (1 << 20)) return -1;
     size_t n = (size_t)P * M;
@@ -54,8 +55,8 @@ double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, co
                 int m, b;
                 op_at(sched, P, M, s, k, &m, &b);
                 double ready = 0;
-                if (!b && s > 0) ready = endf[(size_t)(s - 1) * M + m] + p2p;
-                if (b && s < P - 1) ready = endb[(size_t)(s + 1) * M + m] + p2p;
+                if (!b && s > 0) ready = endf[(size_t)(s - 1) * M + m] + (p2p ? p2p[s] : 0);
+                if (b && s < P - 1) ready = endb[(size_t)(s + 1) * M + m] + (p2p ? p2p[s + 1] : 0);
                 if (b && s == P - 1) ready = endf[(size_t)s * M + m];
                 double end = (t > ready ? t : ready) + (b ? bwd[s] : fwd[s]);
                 double *slot = b ? &endb[(size_t)s * M + m] : &endf[(size_t)s * M + m];

@@ -5,7 +5,10 @@
  *          16 MiB, fitted to 2.rounds.alpha + 2n(L-1)/L.beta (after the sums'
  *          gamma) by least squares weighted by 1/t^2 (every size counts alike);
  *   cross: the ring all-reduce among the hosts' first ranks (one per host,
- *          the others wait), fitted to 2(H-1).alpha + 2n(H-1)/H.beta.
+ *          the others wait), fitted to 2(H-1).alpha + 2n(H-1)/H.beta; and,
+ *          since a link's rate depends on the message (TCP's window, a
+ *          shaper's bucket), the beta each size measured, (t - 2(H-1).alpha)
+ *          / (2n(H-1)/H), keyed by one ring step's message n/H ("measured").
  * Then it checks the model: AUTO's measured time against its prediction at a
  * few sizes. Rank 0 prints; the last line is the model as JSON. */
 #include "cli.h"
@@ -88,8 +91,10 @@ static double measure_gamma(void) {
 }
 
 /* Fits one level: algo a on sub-communicator s (size q), whose formula has
- * messages(n) alphas and bytes(n) betas. Returns DT_OK with *l filled on s's ranks. */
-static dt_status fit_level(dt_comm *s, dt_algo a, bool shm, double gamma, float *buf, dt_link_cost *l) {
+ * messages(n) alphas and bytes(n) betas. Returns DT_OK with *l filled on s's
+ * ranks, and (msg, beta not NULL) each size's step message and own beta. */
+static dt_status fit_level(dt_comm *s, dt_algo a, bool shm, double gamma, float *buf, dt_link_cost *l, double *msg,
+                           double *beta) {
     int q = dt_comm_size(s);
     double x1[NSIZES], x2[NSIZES], y[NSIZES], f = (double)(q - 1) / q;
     dt_status st = DT_OK;
@@ -103,6 +108,11 @@ static dt_status fit_level(dt_comm *s, dt_algo a, bool shm, double gamma, float 
         if (y[k] < t * 0.05) y[k] = t * 0.05;
     }
     if (!st) fit2(x1, x2, y, NSIZES, &l->alpha, &l->beta);
+    for (int k = 0; k < NSIZES && !st && msg; k++) {
+        double b = (y[k] - x1[k] * l->alpha) / x2[k];
+        msg[k] = (double)((size_t)4096 << (2 * k)) / q;
+        beta[k] = b > l->beta * 0.01 ? b : l->beta * 0.01;
+    }
     return st;
 }
 
@@ -137,8 +147,10 @@ int dt_bench_fit(dt_comm *c) {
     double g = measure_gamma(), slot = g;
     if (!st) st = dt_allreduce_f64(c, &slot, 1); /* the mean over ranks */
     m.gamma = slot / dt_comm_size(c);
-    if (!st && ti.shm && ti.even) st = fit_level(local, DT_ALGO_SHM, true, m.gamma, buf, &m.local);
-    if (!st && ti.hosts > 1 && dt_comm_rank(local) == 0) st = fit_level(cross, DT_ALGO_RING, false, m.gamma, buf, &m.cross);
+    double msg[NSIZES] = {0}, beta[NSIZES] = {0};
+    if (!st && ti.shm && ti.even) st = fit_level(local, DT_ALGO_SHM, true, m.gamma, buf, &m.local, NULL, NULL);
+    if (!st && ti.hosts > 1 && dt_comm_rank(local) == 0)
+        st = fit_level(cross, DT_ALGO_RING, false, m.gamma, buf, &m.cross, msg, beta);
     /* rank 0 (a first rank of its host) has both levels: tell everyone */
     double v[4] = {m.local.alpha, m.local.beta, m.cross.alpha, m.cross.beta};
     if (!st) st = dt_bcast(c, v, sizeof v, 0, DT_ALGO_RING);
@@ -155,9 +167,13 @@ int dt_bench_fit(dt_comm *c) {
         else printf("cross  not measured: one host\n");
     }
     if (!st) st = check_model(c, &m, &ti, buf);
-    if (!st && r == 0)
-        printf("{\"local\": {\"alpha\": %.4g, \"beta\": %.4g}, \"cross\": {\"alpha\": %.4g, \"beta\": %.4g}, \"gamma\": %.4g}\n",
-               m.local.alpha, m.local.beta, m.cross.alpha, m.cross.beta, m.gamma);
+    if (!st && r == 0) {
+        printf("{\"local\": {\"alpha\": %.4g, \"beta\": %.4g}, \"cross\": {\"alpha\": %.4g, \"beta\": %.4g", m.local.alpha,
+               m.local.beta, m.cross.alpha, m.cross.beta);
+        for (int k = 0; k < NSIZES && ti.hosts > 1; k++)
+            printf("%s[%.0f, %.4g]", k ? ", " : ", \"measured\": [", msg[k], beta[k]);
+        printf("%s}, \"gamma\": %.4g}\n", ti.hosts > 1 ? "]" : "", m.gamma);
+    }
     if (st) fprintf(stderr, "dtrain bench allreduce --fit: %s\n", dt_error_msg());
     dt_comm_destroy(cross);
     dt_comm_destroy(local);

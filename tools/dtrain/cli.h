@@ -26,7 +26,8 @@ void dt_cli_print_help(FILE *out, const dt_flag_table *tabs, int ntabs, unsigned
 /* This machine described for the planner (plan.c), as 'dtrain plan
  * --calibrate' describes it: hosts x per ranks, `cores` per host; a rank's
  * FLOP/s, fixed time per micro-batch and optimizer cost measured here on mc's
- * training step at batch B (dt_cli_profile_host: per profiles at once);
+ * training step at batch B (dt_cli_profile_host: `profile` ranks at once,
+ * per, or every host's ranks when emulated hosts share this machine);
  * memory per rank the host's over per; the links from fit (the JSON line of
  * 'dtrain bench allreduce --fit'), assumed (40 Gbit/s inside a host, 1 across)
  * when fit is NULL. Fills *c; returns 0, or 1 after one line on stderr that
@@ -35,8 +36,8 @@ void dt_cli_print_help(FILE *out, const dt_flag_table *tabs, int ntabs, unsigned
  * lock-step (profile_host.c), into *out (this process's profile). Returns 0,
  * or 1 after one line on stderr that starts with `who`. */
 int dt_cli_profile_host(const char *who, const dt_model_cfg *mc, int B, bool adam, int per, dt_plan_profile_out *out);
-int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, int hosts, int per, int cores,
-                     const char *fit, dt_plan_cluster *c);
+int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, int hosts, int per, int profile,
+                     int cores, const char *fit, dt_plan_cluster *c);
 
 /* The `dtrain train` flags of p's layout that differ from the defaults, each
  * after a space (" --tp 2 --zero 1"; "" for plain data parallelism), into buf

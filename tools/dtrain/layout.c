@@ -151,7 +151,7 @@ static int load_cluster(const dt_cli_layout *l, const dt_train_cfg *cfg, int hos
         if (hosts * per > 1) openblas_set_num_threads(l->threads > 0 ? l->threads : 1);
         int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), B = cfg->batch / (hosts * per);
         return dt_cli_plan_here(WHO ": --layout auto", &cfg->model, B > 0 ? B : 1, cfg->optim.kind == DT_OPTIM_ADAMW,
-                                hosts, per, cores > 0 ? cores : 1, NULL, c);
+                                hosts, per, per, cores > 0 ? cores : 1, NULL, c);
     }
     if (dt_plan_cluster_read(l->cluster, c)) {
         fprintf(stderr, WHO ": --layout auto: %s\n", dt_error_msg());

@@ -18,7 +18,7 @@
 static const char *help =
     "usage: dtrain plan --cluster FILE [--model M] [--set K=V,...] [--batch B] [--optim adamw|sgd] [--top N] [--json]\n"
     "       dtrain plan --calibrate OUT [--model M] [--set ...] [--batch B] [--fit FIT.json] [--hosts H]\n"
-    "                   [--ranks-per-host N] [--cores C]\n"
+    "                   [--ranks-per-host N] [--cores C] [--emulated]\n"
     "\n"
     "Predicts step time and memory per rank of every dp x tp x pp layout (ZeRO 0-2,\n"
     "micro-batches, GPipe/1F1B, recomputation) of the cluster FILE describes\n"
@@ -27,36 +27,24 @@ static const char *help =
     "--batch the global batch (default: the model's train default); --top N rows (20).\n"
     "--calibrate writes the description of this machine: the FLOP/s of the model's\n"
     "training step measured here, the links from FIT.json (the last line of\n"
-    "'dtrain bench allreduce -n N --fit'), memory and cores from the system.\n";
+    "'dtrain bench allreduce -n N --fit'), memory and cores from the system.\n"
+    "The step is profiled by the host's ranks at once; --emulated: the hosts are\n"
+    "emulated on this one machine (scripts/cluster.sh), all their ranks share its\n"
+    "--cores C and are profiled at once.\n";
 
-/* The links of `dtrain bench allreduce --fit`'s JSON line into c. */
-static int read_fit(const char *who, const char *path, dt_plan_cluster *c) {
-    json_error_t err;
-    json_t *o = json_load_file(path, 0, &err);
-    double la, lb, ca, cb, g;
-    if (!o || json_unpack(o, "{s:{s:F,s:F},s:{s:F,s:F},s:F}", "local", "alpha", &la, "beta", &lb, "cross", "alpha", &ca,
-                          "beta", &cb, "gamma", &g)) {
-        fprintf(stderr, "%s: %s: not the JSON line of 'dtrain bench allreduce --fit'\n", who, path);
-        json_decref(o);
-        return 1;
-    }
-    json_decref(o);
-    c->links.local = (dt_link_cost){la, lb};
-    c->links.cross = cb > 0 ? (dt_link_cost){ca, cb} : c->links.local;
-    c->links.gamma = g;
-    return 0;
-}
-
-int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, int hosts, int per, int cores,
-                     const char *fit, dt_plan_cluster *c) {
+int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, int hosts, int per, int profile,
+                     int cores, const char *fit, dt_plan_cluster *c) {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     *c = (dt_plan_cluster){.hosts = hosts, .per_host = per, .cores = cores, .optim_s_per_param = 1e-9,
                            .memory = pages > 0 && psize > 0 ? (double)pages * psize / per : 1e9,
                            .links = {{2e-6, 8.0 / 40e9}, {50e-6, 8.0 / 1e9}, 0}};
     for (int h = 0; h < hosts; h++) c->speed[h] = 1;
-    if (fit && read_fit(who, fit, c)) return 1;
+    if (fit && dt_plan_fit_read(fit, c)) {
+        fprintf(stderr, "%s: %s\n", who, dt_error_msg());
+        return 1;
+    }
     dt_plan_profile_out pr = {0};
-    if (dt_cli_profile_host(who, mc, B, adam, per, &pr)) return 1;
+    if (dt_cli_profile_host(who, mc, B, adam, profile, &pr)) return 1;
     c->flops = pr.flops;
     c->micro_overhead_s = pr.micro_overhead_s;
     c->optim_s_per_param = pr.optim_s_per_param;
@@ -65,11 +53,14 @@ int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, 
     return 0;
 }
 
-static int calibrate(const char *out, const char *fit, const dt_model_cfg *mc, int batch, int hosts, int per, int cores,
-                     bool adam) {
+static int calibrate(const char *out, const char *fit, const dt_model_cfg *mc, int batch, int hosts, int per,
+                     bool emulated, int cores, bool adam) {
     dt_plan_cluster *c = calloc(1, sizeof *c);
     if (!c) return 1;
-    int rc = dt_cli_plan_here("dtrain plan", mc, batch, adam, hosts, per, cores, fit, c);
+    /* every rank that shares the cores, in lock-step: the step as a synchronous
+     * run's ranks compute it (with more ranks than cores, time-sliced) */
+    int rc = dt_cli_plan_here("dtrain plan", mc, batch, adam, hosts, per, emulated ? hosts * per : per, cores, fit, c);
+    if (emulated) c->shared_cores = cores;
     if (!rc && dt_plan_calibrate_base(mc, NULL, batch, true, &c->base, &c->mpi_base))
         rc = 1, fprintf(stderr, "dtrain plan: %s\n", dt_error_msg());
     if (!rc && dt_plan_cluster_write(out, c)) rc = 1, fprintf(stderr, "dtrain plan: %s\n", dt_error_msg());
@@ -187,7 +178,7 @@ static void assumptions(const dt_plan_cluster *c) {
 int dt_cli_plan(int argc, char **argv) {
     const char *cluster = NULL, *model = "mlp", *set = "", *cal = NULL, *fit = NULL;
     int batch = 0, top = 20, hosts = 1, per = (int)sysconf(_SC_NPROCESSORS_ONLN), cores = per;
-    bool json = false, adam_given = false, adam = false;
+    bool json = false, adam_given = false, adam = false, emulated = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -195,6 +186,7 @@ int dt_cli_plan(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--json")) { json = true; continue; }
+        if (!strcmp(a, "--emulated")) { emulated = true; continue; }
         if (!v) return usage("%s needs a value", a);
         i++;
         if (!strcmp(a, "--cluster")) cluster = v;
@@ -218,7 +210,7 @@ int dt_cli_plan(int argc, char **argv) {
     if (!st && set[0] && !(st = dt_model_set_check(set))) snprintf(tc.model.set, sizeof tc.model.set, "%s", set);
     if (st) return usage("%s", dt_error_msg());
     if (cal)
-        return calibrate(cal, fit, &tc.model, batch ? batch : tc.batch, hosts, per, cores,
+        return calibrate(cal, fit, &tc.model, batch ? batch : tc.batch, hosts, per, emulated, cores,
                          adam_given ? adam : tc.optim.kind == DT_OPTIM_ADAMW);
     dt_plan_cluster *c = calloc(1, sizeof *c);
     dt_plan_pred *v = NULL;

@@ -1,0 +1,168 @@
+/* The planner's links across hosts (issue 16): the cross link's rate measured
+ * by message size (dt_plan_cross_beta: interpolated in log size, the ends
+ * held), read from 'dtrain bench allreduce --fit''s line and from a cluster
+ * description and written back; bad curves refused in one line; a pipeline
+ * boundary across hosts carries the next stage's input and nothing more; and
+ * the dp groups of a tensor-parallel stage share their host's link. */
+#include "dtrain/plan.h"
+#include "plan/plan_internal.h"
+#include "testhelp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/dt_plan_links_XXXXXX";
+
+static const char *put(const char *name, const char *text) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    return path;
+}
+
+static bool near(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b) + 1e-18; }
+
+static void curve(void) {
+    dt_plan_cluster c;
+    memset(&c, 0, sizeof c);
+    c.links.cross = (dt_link_cost){1e-5, 5e-9};
+    test_cond("no curve: the link's beta", dt_plan_cross_beta(&c, 12345) == 5e-9);
+    const char *fit = put("fit.json", "{\"local\": {\"alpha\": 1e-06, \"beta\": 2e-10}, \"cross\": {\"alpha\": 3e-05, "
+                                      "\"beta\": 1e-07, \"measured\": [[1024, 8e-08], [4096, 1.2e-07], [65536, 1.6e-07]]}, "
+                                      "\"gamma\": 1.5e-10}\n");
+    test_cond("fit line read", dt_plan_fit_read(fit, &c) == DT_OK);
+    test_cond("fit line: alpha and beta", c.links.cross.alpha == 3e-5 && c.links.cross.beta == 1e-7 &&
+                                              c.links.local.beta == 2e-10 && c.links.gamma == 1.5e-10);
+    test_cond("fit line: three sizes", c.cross_n == 3);
+    test_cond("curve: below the first size, the first", dt_plan_cross_beta(&c, 10) == 8e-8);
+    test_cond("curve: at a size, its beta", near(dt_plan_cross_beta(&c, 4096), 1.2e-7, 1e-12));
+    test_cond("curve: halfway in log size, halfway", near(dt_plan_cross_beta(&c, 2048), 1e-7, 1e-9));
+    test_cond("curve: a quarter of the way (16 KiB of 4-64 KiB)", near(dt_plan_cross_beta(&c, 16384), 1.4e-7, 1e-9));
+    test_cond("curve: above the last size, the last", dt_plan_cross_beta(&c, 1e9) == 1.6e-7);
+
+    /* written into a description and read back */
+    c.hosts = 2, c.per_host = 2, c.cores = 2, c.shared_cores = 2, c.flops = 1e10, c.memory = 1e9;
+    c.speed[0] = c.speed[1] = 1;
+    char path[256];
+    snprintf(path, sizeof path, "%s/c.json", dir);
+    dt_plan_cluster r;
+    test_cond("description written", dt_plan_cluster_write(path, &c) == DT_OK);
+    test_cond("description read back", dt_plan_cluster_read(path, &r) == DT_OK);
+    test_cond("the curve round-trips", r.cross_n == 3 && near(r.cross_msg[1], 4096, 1e-12) &&
+                                           near(r.cross_beta[2], 1.6e-7, 1e-9));
+    test_cond("shared cores round-trip", r.shared_cores == 2);
+
+    /* one line for each bad curve */
+    static const struct { const char *json, *want; } bad[] = {
+        {"[[4096, 1], [1024, 1]]", "sizes ascending"},
+        {"[[4096, 0]]", "must be [bytes, rate]"},
+        {"[[4096]]", "must be [bytes, rate]"},
+        {"[]", "1 to 16"},
+        {"{\"a\": 1}", "1 to 16"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"hosts\": 2, \"ranks_per_host\": 1, \"gflops\": 10, \"memory_gb\": 1, "
+                                    "\"local\": {\"latency_us\": 1, \"bandwidth_gbit\": 40}, \"cross\": {\"latency_us\": "
+                                    "50, \"bandwidth_gbit\": 1, \"measured\": %s}}", bad[k].json);
+        dt_status st = dt_plan_cluster_read(put("bad.json", text), &r);
+        printf("bad curve %s: %s\n", bad[k].json, st ? dt_error_msg() : "(accepted)");
+        test_cond("bad curve refused, named", st == DT_ERR_INVALID && strstr(dt_error_msg(), "cross.measured") &&
+                                                  strstr(dt_error_msg(), bad[k].want));
+    }
+    test_cond("not a fit line refused", dt_plan_fit_read(put("nf.json", "{\"hosts\": 1}"), &r) == DT_ERR_FORMAT &&
+                                            strstr(dt_error_msg(), "bench allreduce --fit"));
+}
+
+static dt_plan_cluster *two_hosts(int per, double cross_beta) {
+    static dt_plan_cluster c;
+    memset(&c, 0, sizeof c);
+    c.hosts = 2, c.per_host = per, c.cores = 8, c.flops = 1e10, c.memory = 1e12;
+    c.micro_overhead_s = 1e-3, c.optim_s_per_param = 1e-9;
+    c.links.local = (dt_link_cost){1e-6, 1e-10};
+    c.links.cross = (dt_link_cost){5e-5, cross_beta};
+    c.speed[0] = c.speed[1] = 1;
+    return &c;
+}
+
+/* Two stages on two hosts, one micro-batch: the step is f0 + p2p + f1 + b1 +
+ * p2p + b0, so slowing the link adds two boundary transfers of the second
+ * stage's input (its first block's in_dim floats a sample) and nothing else. */
+static void boundary(void) {
+    dt_model_cfg mc;
+    dt_model_cfg_default(&mc, DT_MODEL_MLP);
+    dt_plan_layout l = {.dp = 1, .tp = 1, .pp = 2, .micro = 1, .sched = DT_PLAN_1F1B};
+    dt_plan_in in = {.model = &mc, .batch = 64, .adam = true, .cluster = two_hosts(1, 8e-9)};
+    dt_plan_pred fast, slow;
+    test_cond("boundary: predicted", dt_plan_predict(&in, &l, &fast) == DT_OK);
+    in.cluster = two_hosts(1, 8e-7);
+    test_cond("boundary: predicted, slow link", dt_plan_predict(&in, &l, &slow) == DT_OK);
+    dt_model *m = NULL;
+    test_cond("boundary: probe", dt_model_probe(&mc, &m) == DT_OK && m);
+    int first1 = atoi(fast.partition); /* "k,rest": stage 1 starts at block k */
+    double bytes = m ? (double)m->blocks[first1].in_dim * 4 * 64 : 0;
+    dt_model_destroy(m);
+    double want = 2 * bytes * (8e-7 - 8e-9);
+    printf("boundary: partition %s, %.0f bytes a transfer; slower link +%.3f ms (want +%.3f)\n", fast.partition, bytes,
+           (slow.step_s - fast.step_s) * 1e3, want * 1e3);
+    test_cond("boundary: two transfers of the next stage's input", near(slow.step_s - fast.step_s, want, 1e-6));
+
+    /* four stages on 2 hosts x 2: only the boundary between stages 1 and 2 crosses */
+    dt_model_cfg gc;
+    dt_model_cfg_default(&gc, DT_MODEL_GPT);
+    l.pp = 4;
+    in.model = &gc;
+    in.batch = 8;
+    in.cluster = two_hosts(2, 8e-9);
+    test_cond("boundary, 4 stages: predicted", dt_plan_predict(&in, &l, &fast) == DT_OK);
+    in.cluster = two_hosts(2, 8e-7);
+    test_cond("boundary, 4 stages: predicted, slow link", dt_plan_predict(&in, &l, &slow) == DT_OK);
+    m = NULL;
+    test_cond("boundary, 4 stages: probe", dt_model_probe(&gc, &m) == DT_OK && m);
+    int b0 = 0, b1 = 0;
+    sscanf(fast.partition, "%d,%d", &b0, &b1);
+    bytes = m ? (double)m->blocks[b0 + b1].in_dim * 4 * 8 : 0;
+    dt_model_destroy(m);
+    want = 2 * bytes * (8e-7 - 8e-9);
+    printf("boundary, 4 stages: partition %s, stage 2's input %.0f bytes; slower link +%.3f ms (want +%.3f)\n",
+           fast.partition, bytes, (slow.step_s - fast.step_s) * 1e3, want * 1e3);
+    test_cond("boundary, 4 stages: the one crossing boundary, twice", near(slow.step_s - fast.step_s, want, 1e-6));
+}
+
+/* dp 2 x tp 2 on 2 hosts x 2: the two dp groups (one per tp rank) cross the
+ * same host link at once, each with half the parameters; on a slow link that
+ * is one group of all of them, as 2 x 1 x 1 on 2 hosts x 1 reduces. */
+static void shared_link(void) {
+    dt_model_cfg mc;
+    dt_model_cfg_default(&mc, DT_MODEL_MLP);
+    dt_plan_layout l4 = {.dp = 2, .tp = 2, .pp = 1, .micro = 1}, l2 = {.dp = 2, .tp = 1, .pp = 1, .micro = 1};
+    dt_plan_in in = {.model = &mc, .batch = 64, .adam = true, .cluster = two_hosts(2, 8e-6)};
+    dt_plan_pred p4, p2;
+    test_cond("shared link: 2 x 2 x 1 predicted", dt_plan_predict(&in, &l4, &p4) == DT_OK);
+    in.cluster = two_hosts(1, 8e-6);
+    test_cond("shared link: 2 x 1 x 1 predicted", dt_plan_predict(&in, &l2, &p2) == DT_OK);
+    printf("shared link: dp exposed %.1f ms (2 groups of P/2) vs %.1f ms (1 group of P)\n", p4.dp_s * 1e3, p2.dp_s * 1e3);
+    test_cond("shared link: two groups of half the bytes take as long as one of all", near(p4.dp_s, p2.dp_s, 0.03));
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return 1;
+    curve();
+    boundary();
+    shared_link();
+    static const char *made[] = {"fit.json", "c.json", "bad.json", "nf.json"};
+    for (size_t k = 0; k < sizeof made / sizeof made[0]; k++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", dir, made[k]);
+        unlink(path);
+    }
+    rmdir(dir);
+    return test_report();
+}
