@@ -75,7 +75,12 @@ static int by_prediction(const void *a, const void *b) {
     const dt_plan_pred *x = a, *y = b;
     if (x->fits != y->fits) return x->fits ? -1 : 1;
     if (x->step_s != y->step_s) return x->step_s < y->step_s ? -1 : 1;
-    return x->mem.total < y->mem.total ? -1 : x->mem.total > y->mem.total; /* a tie: the smaller */
+    if (x->mem.total != y->mem.total) return x->mem.total < y->mem.total ? -1 : 1; /* a tie: the smaller */
+    /* still tied (qsort is not stable): 1F1B (its activations are freed sooner),
+     * then fewer micro-batches (fewer messages, whose latency the links' fit
+     * knows least), so the choice does not depend on the enumeration's order */
+    if (x->l.sched != y->l.sched) return x->l.sched == DT_PLAN_1F1B ? -1 : 1;
+    return x->l.micro - y->l.micro;
 }
 
 dt_status dt_plan_layouts(const dt_plan_in *in, dt_plan_pred **out, int *n) {
