@@ -33,6 +33,13 @@ sed 's/"hosts": 2,/"hosts": 2, "speed": [1, 0.5],/' "$tmp/c.json" > "$tmp/het.js
 out=$("$dt" plan --cluster "$tmp/het.json" --model gpt --top 200 2>&1)
 grep -q "assumed, hosts of unequal speed (1, 0.5)" <<<"$out" && grep -Eq '^ +4 +1 +1 +0 +1 +- +no +balance ' <<<"$out" &&
   ok "unequal hosts: the assumption said, a batch split by speed listed" || { fail "unequal hosts"; indent <<<"$out"; }
+# more ranks than cores: the table says it is least sure there; not otherwise
+grep -q "^assumed, .* ranks on" <<<"$("$dt" plan --cluster "$tmp/c.json" --model gpt 2>&1)" &&
+  fail "2 ranks on a host's 2 cores: an oversubscription line" || ok "2 ranks on 2 cores: no oversubscription line"
+sed 's/"hosts": 2,/"hosts": 2, "shared_cores": 2,/' "$tmp/c.json" > "$tmp/emu.json"
+out=$("$dt" plan --cluster "$tmp/emu.json" --model gpt 2>&1)
+grep -q "^assumed, 4 ranks on every host's shared 2 cores: time-sliced" <<<"$out" &&
+  ok "emulated hosts sharing 2 cores: $(grep '^assumed' <<<"$out")" || { fail "shared cores: no assumption line"; indent <<<"$out"; }
 # refusals: one line, non-zero
 refuse() { # CODE PATTERN -- ARGS
   local code=$1 pat=$2; shift 3
