@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh" "$@"
 # Mbit/s, where all-reducing the mlp's 7.5 MB of gradients (dp) or a layer's
 # activations (tp) costs far more than one stage boundary's activations per
 # micro-batch: 2 pipeline stages. hosts2: one rank on each of 2 hosts of 2
-# cores joined at 100 Mbit/s, batch 256 (4x the compute to hide behind): dp
+# cores joined at 100 Mbit/s, batch 512 (8x the compute to hide behind): dp
 # with top-k, its coding on the spare core.
 cat > "$tmp/slow.json" <<'J'
 {"hosts": 1, "ranks_per_host": 2, "gflops": 50, "memory_gb": 12,
@@ -62,7 +62,7 @@ if [ -f "$tmp/pipe/model.safetensors" ] && run again -n 2 --config "$tmp/pipe/co
     ok "--config pipe/config.json reruns the layout bitwise, without planning"
   else fail "a rerun from config.json differs"; fi
 fi
-auto_vs_hand topk "$tmp/hosts2.json" "--compress topk" 256 -n 2 --pretend-hosts 2
+auto_vs_hand topk "$tmp/hosts2.json" "--compress topk" 512 -n 2 --pretend-hosts 2
 
 # this machine measured, one rank (no launcher) and two
 if run here1 --model mlp --steps 2 --no-progress --layout auto; then

@@ -33,12 +33,16 @@ sed 's/"hosts": 2,/"hosts": 2, "speed": [1, 0.5],/' "$tmp/c.json" > "$tmp/het.js
 out=$("$dt" plan --cluster "$tmp/het.json" --model gpt --top 200 2>&1)
 grep -q "assumed, hosts of unequal speed (1, 0.5)" <<<"$out" && grep -Eq '^ +4 +1 +1 +0 +1 +- +no +balance ' <<<"$out" &&
   ok "unequal hosts: the assumption said, a batch split by speed listed" || { fail "unequal hosts"; indent <<<"$out"; }
-# more ranks than cores: the table says it is least sure there; not otherwise
-grep -q "^assumed, .* ranks on" <<<"$("$dt" plan --cluster "$tmp/c.json" --model gpt 2>&1)" &&
-  fail "2 ranks on a host's 2 cores: an oversubscription line" || ok "2 ranks on 2 cores: no oversubscription line"
+# no core to spare, and more ranks than cores: the table says what it assumed; a spare core: nothing
+out=$("$dt" plan --cluster "$tmp/c.json" --model gpt 2>&1)
+grep -q "^assumed, 2 ranks on a host's 2 cores: no core to spare" <<<"$out" && ! grep -q "time-sliced" <<<"$out" &&
+  ok "2 ranks on 2 cores: $(grep '^assumed' <<<"$out")" || { fail "2 ranks on 2 cores"; indent <<<"$out"; }
+sed 's/"hosts": 2,/"hosts": 2, "cores": 4,/' "$tmp/c.json" > "$tmp/spare.json"
+grep -q "^assumed" <<<"$("$dt" plan --cluster "$tmp/spare.json" --model gpt 2>&1)" &&
+  fail "a spare core: an assumption line" || ok "2 ranks on 4 cores: no assumption line"
 sed 's/"hosts": 2,/"hosts": 2, "shared_cores": 2,/' "$tmp/c.json" > "$tmp/emu.json"
 out=$("$dt" plan --cluster "$tmp/emu.json" --model gpt 2>&1)
-grep -q "^assumed, 4 ranks on every host's shared 2 cores: time-sliced" <<<"$out" &&
+grep -q "^assumed, 4 ranks (all hosts) sharing 2 cores" <<<"$out" && grep -q "time-sliced" <<<"$out" &&
   ok "emulated hosts sharing 2 cores: $(grep '^assumed' <<<"$out")" || { fail "shared cores: no assumption line"; indent <<<"$out"; }
 # refusals: one line, non-zero
 refuse() { # CODE PATTERN -- ARGS
@@ -55,6 +59,8 @@ echo '{"hosts": 2,' > "$tmp/bad2.json"
 refuse 1 "not a cluster description" -- --cluster "$tmp/bad2.json"
 refuse 2 "unknown model 'vgg'" -- --cluster "$tmp/c.json" --model vgg
 refuse 2 "bad flag or value '--batch'" -- --cluster "$tmp/c.json" --batch 0
+refuse 2 "--emulated only describes a machine: give it with --calibrate OUT" -- --cluster "$tmp/c.json" --emulated
+refuse 2 "--fit only describes a machine" -- --cluster "$tmp/c.json" --fit "$tmp/c.json"
 sed 's/"hosts": 2,/"hosts": 2, "speed": [1],/' "$tmp/c.json" > "$tmp/sp.json"
 refuse 1 '"speed" must list one factor per host' -- --cluster "$tmp/sp.json"
 finish

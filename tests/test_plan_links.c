@@ -35,7 +35,7 @@ static void curve(void) {
     c.links.cross = (dt_link_cost){1e-5, 5e-9};
     test_cond("no curve: the link's beta", dt_plan_cross_beta(&c, 12345) == 5e-9);
     const char *fit = put("fit.json", "{\"local\": {\"alpha\": 1e-06, \"beta\": 2e-10}, \"cross\": {\"alpha\": 3e-05, "
-                                      "\"beta\": 1e-07, \"measured\": [[1024, 8e-08], [4096, 1.2e-07], [65536, 1.6e-07]]}, "
+                                      "\"beta\": 1e-07, \"measured_beta\": [[1024, 8e-08], [4096, 1.2e-07], [65536, 1.6e-07]]}, "
                                       "\"gamma\": 1.5e-10}\n");
     test_cond("fit line read", dt_plan_fit_read(fit, &c) == DT_OK);
     test_cond("fit line: alpha and beta", c.links.cross.alpha == 3e-5 && c.links.cross.beta == 1e-7 &&
@@ -44,7 +44,9 @@ static void curve(void) {
     test_cond("curve: below the first size, the first", dt_plan_cross_beta(&c, 10) == 8e-8);
     test_cond("curve: at a size, its beta", near(dt_plan_cross_beta(&c, 4096), 1.2e-7, 1e-12));
     test_cond("curve: halfway in log size, halfway", near(dt_plan_cross_beta(&c, 2048), 1e-7, 1e-9));
-    test_cond("curve: a quarter of the way (16 KiB of 4-64 KiB)", near(dt_plan_cross_beta(&c, 16384), 1.4e-7, 1e-9));
+    test_cond("curve: halfway in log size again (16 KiB of 4-64 KiB)", near(dt_plan_cross_beta(&c, 16384), 1.4e-7, 1e-9));
+    test_cond("curve: a quarter of the way in log size (8 KiB of 4-64 KiB)",
+              near(dt_plan_cross_beta(&c, 8192), 1.3e-7, 1e-9));
     test_cond("curve: above the last size, the last", dt_plan_cross_beta(&c, 1e9) == 1.6e-7);
 
     /* written into a description and read back */
@@ -62,8 +64,9 @@ static void curve(void) {
     /* one line for each bad curve */
     static const struct { const char *json, *want; } bad[] = {
         {"[[4096, 1], [1024, 1]]", "sizes ascending"},
-        {"[[4096, 0]]", "must be [bytes, rate]"},
-        {"[[4096]]", "must be [bytes, rate]"},
+        {"[[4096, 0]]", "must be [bytes, Gbit/s]"},
+        {"[[4096]]", "must be [bytes, Gbit/s]"},
+        {"[[4096, 1.2e-07]]", "the rate in [1e-06, 1e+06]"}, /* a fit line's s/byte pasted in */
         {"[]", "1 to 16"},
         {"{\"a\": 1}", "1 to 16"},
     };
@@ -79,6 +82,11 @@ static void curve(void) {
     }
     test_cond("not a fit line refused", dt_plan_fit_read(put("nf.json", "{\"hosts\": 1}"), &r) == DT_ERR_FORMAT &&
                                             strstr(dt_error_msg(), "bench allreduce --fit"));
+    r.cross_n = 3;
+    const char *badfit = put("bf.json", "{\"local\": {\"alpha\": 1e-06, \"beta\": 2e-10}, \"cross\": {\"alpha\": 3e-05, "
+                                        "\"beta\": 1e-07, \"measured_beta\": [[1024, 8e-08], [512, 9e-08]]}, \"gamma\": 0}\n");
+    test_cond("a fit line's bad curve refused, no curve left", dt_plan_fit_read(badfit, &r) == DT_ERR_INVALID &&
+                                                                  r.cross_n == 0 && strstr(dt_error_msg(), "measured_beta[1]"));
 }
 
 static dt_plan_cluster *two_hosts(int per, double cross_beta) {
@@ -157,7 +165,7 @@ int main(void) {
     curve();
     boundary();
     shared_link();
-    static const char *made[] = {"fit.json", "c.json", "bad.json", "nf.json"};
+    static const char *made[] = {"fit.json", "c.json", "bad.json", "nf.json", "bf.json"};
     for (size_t k = 0; k < sizeof made / sizeof made[0]; k++) {
         char path[256];
         snprintf(path, sizeof path, "%s/%s", dir, made[k]);

@@ -62,12 +62,13 @@ typedef enum { DT_PLAN_GPIPE, DT_PLAN_1F1B } dt_plan_sched;
 /* The makespan of one step of P stages and M micro-batches: stage s takes fwd[s]
  * for a micro-batch's forward and bwd[s] for its backward (recomputation folded
  * in by the caller), and a transfer between stages s-1 and s takes p2p[s] seconds
- * (s = 1..P-1, either way; p2p NULL: none). Order per stage:
+ * (p2p holds P entries, p2p[0] unused; either way; NULL: transfers are free).
+ * Order per stage:
  * GPipe, every forward then every backward; 1F1B, P-s-1 warm-up forwards, then
  * one forward and one backward alternately, then the remaining backwards. Each
  * operation starts when its stage is free and its input has arrived. *busy, when
  * not NULL, receives the largest stage busy time; the bubble fraction is
- * 1 - busy / makespan ((P-1)/(M+P-1) for equal stages and p2p 0). Returns a
+ * 1 - busy / makespan ((P-1)/(M+P-1) for equal stages and free transfers). Returns a
  * negative value for P < 1, M < 1 or P*M above 1 << 20. */
 double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, const double *bwd, const double *p2p,
                         double *busy);
@@ -90,8 +91,8 @@ typedef struct dt_plan_cluster {
                                 * ("mpi_mb"; 0 when absent) */
     dt_cost_model links;       /* alpha (s), beta (s/byte) inside a host and across */
     double optim_s_per_param;  /* the optimizer's update, seconds per parameter */
-    int cores;                 /* cores per host: with no core to spare, a reduction inside a
-                                * host does not overlap compute */
+    int cores;                 /* cores per host: with no core to spare (ranks sharing the
+                                * cores >= cores), no reduction overlaps compute */
     int shared_cores;          /* > 0: every host's ranks share these cores (hosts emulated on
                                 * one machine, scripts/cluster.sh); 0: each host its own */
     double micro_overhead_s;   /* a micro-batch's fixed forward + backward time, whole model */
@@ -109,9 +110,11 @@ typedef struct dt_plan_cluster {
 /* Reads a cluster description; one line naming the file and the field on error. */
 dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *out);
 /* The links of 'dtrain bench allreduce --fit''s last line (a JSON object:
- * local and cross alpha and beta, gamma, the cross link's "measured" sizes)
- * into c's links and curve; the rest of c as it was. A cross beta of 0 (one
- * host measured) leaves cross as local. DT_ERR_IO / DT_ERR_FORMAT with the path. */
+ * local and cross alpha and beta, gamma, the cross link's "measured_beta"
+ * sizes) into c's links and curve (none when the line has none); the rest of c
+ * as it was. A cross beta of 0 (one host measured) leaves cross as local.
+ * DT_ERR_IO, DT_ERR_FORMAT (not such a line) or DT_ERR_INVALID (a bad curve),
+ * with the path; on error c's links are as they were and it has no curve. */
 dt_status dt_plan_fit_read(const char *path, dt_plan_cluster *c);
 /* The cross link's beta for a message of `bytes` (the curve, or links.cross.beta). */
 double dt_plan_cross_beta(const dt_plan_cluster *c, double bytes);

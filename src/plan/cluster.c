@@ -79,23 +79,28 @@ static dt_status link_cost(const char *path, const json_t *o, const char *key, d
     return DT_OK;
 }
 
-/* The measured curve v: [[bytes, rate], ...] ascending, rate in Gbit/s (gbit)
- * or s/byte. Absent: cross_n 0. */
-static dt_status curve(const char *path, const json_t *v, bool gbit, dt_plan_cluster *c) {
-    c->cross_n = 0;
+/* The cross link's curve from v (key `key` of "cross"): [[bytes, rate], ...]
+ * by ascending size, rate in Gbit/s (gbit: a description's "measured") or in
+ * s/byte (the fit line's "measured_beta"), into c only when all of it is
+ * good. Absent: c unchanged. */
+static dt_status curve(const char *path, const json_t *v, const char *key, bool gbit, dt_plan_cluster *c) {
     if (!v) return DT_OK;
+    const char *unit = gbit ? "[bytes, Gbit/s]" : "[bytes, s/byte]";
+    double lo = gbit ? 1e-6 : 1e-15, hi = gbit ? 1e6 : 1e-3, msg[DT_PLAN_MAX_CURVE], beta[DT_PLAN_MAX_CURVE];
     size_t n = json_is_array(v) ? json_array_size(v) : 0;
     if (n < 1 || n > DT_PLAN_MAX_CURVE)
-        return dt_errorf(DT_ERR_INVALID, "%s: cross.measured must list 1 to %d [bytes, rate] pairs", path, DT_PLAN_MAX_CURVE);
+        return dt_errorf(DT_ERR_INVALID, "%s: cross.%s must list 1 to %d %s pairs", path, key, DT_PLAN_MAX_CURVE, unit);
     for (size_t k = 0; k < n; k++) {
         double m = 0, r = 0;
-        if (json_unpack(json_array_get(v, k), "[FF]", &m, &r) || !(m >= 1 && r > 0 && r < 1e9) ||
-            (k && m <= c->cross_msg[k - 1]))
-            return dt_errorf(DT_ERR_INVALID, "%s: cross.measured[%zu] must be [bytes, rate], positive, sizes ascending",
-                             path, k);
-        c->cross_msg[k] = m;
-        c->cross_beta[k] = gbit ? 8.0 / (r * 1e9) : r;
+        if (json_unpack(json_array_get(v, k), "[FF]", &m, &r) || !(m >= 1 && r >= lo && r <= hi) ||
+            (k && m <= msg[k - 1]))
+            return dt_errorf(DT_ERR_INVALID, "%s: cross.%s[%zu] must be %s, the rate in [%g, %g], sizes ascending",
+                             path, key, k, unit, lo, hi);
+        msg[k] = m;
+        beta[k] = gbit ? 8.0 / (r * 1e9) : r;
     }
+    memcpy(c->cross_msg, msg, n * sizeof msg[0]);
+    memcpy(c->cross_beta, beta, n * sizeof beta[0]);
     c->cross_n = (int)n;
     return DT_OK;
 }
@@ -115,12 +120,14 @@ dt_status dt_plan_fit_read(const char *path, dt_plan_cluster *c) {
     json_error_t err;
     json_t *o = json_load_file(path, 0, &err);
     double la, lb, ca, cb, g;
+    c->cross_n = 0;
     if (!o && err.line < 1) return dt_errorf(DT_ERR_IO, "%s: %s", path, err.text);
     dt_status st = DT_OK;
     if (!o || json_unpack(o, "{s:{s:F,s:F},s:{s:F,s:F},s:F}", "local", "alpha", &la, "beta", &lb, "cross", "alpha", &ca,
                           "beta", &cb, "gamma", &g))
         st = dt_errorf(DT_ERR_FORMAT, "%s: not the JSON line of 'dtrain bench allreduce --fit'", path);
-    if (!st && cb > 0) st = curve(path, json_object_get(json_object_get(o, "cross"), "measured"), false, c);
+    const char *key = "measured_beta";
+    if (!st && cb > 0) st = curve(path, json_object_get(json_object_get(o, "cross"), key), key, false, c);
     if (!st) {
         c->links.local = (dt_link_cost){la, lb};
         c->links.cross = cb > 0 ? (dt_link_cost){ca, cb} : c->links.local;
@@ -152,7 +159,7 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
     if (!st) st = link_cost(path, o, "local", &c->links.local);
     if (!st) st = codecs(path, o, c);
     if (!st) st = link_cost(path, o, "cross", &c->links.cross);
-    if (!st) st = curve(path, json_object_get(json_object_get(o, "cross"), "measured"), true, c);
+    if (!st) st = curve(path, json_object_get(json_object_get(o, "cross"), "measured"), "measured", true, c);
     if (!st && (hosts != (int)hosts || per != (int)per))
         st = dt_errorf(DT_ERR_INVALID, "%s: \"hosts\" and \"ranks_per_host\" must be integers", path);
     if (!st) {

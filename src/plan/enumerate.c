@@ -78,9 +78,15 @@ static int by_prediction(const void *a, const void *b) {
     if (x->mem.total != y->mem.total) return x->mem.total < y->mem.total ? -1 : 1; /* a tie: the smaller */
     /* still tied (qsort is not stable): 1F1B (its activations are freed sooner),
      * then fewer micro-batches (fewer messages, whose latency the links' fit
-     * knows least), so the choice does not depend on the enumeration's order */
-    if (x->l.sched != y->l.sched) return x->l.sched == DT_PLAN_1F1B ? -1 : 1;
-    return x->l.micro - y->l.micro;
+     * knows least), then the lower degrees and options, so the order never
+     * depends on the enumeration's */
+    const dt_plan_layout *la = &x->l, *lc = &y->l;
+    if (la->sched != lc->sched) return la->sched == DT_PLAN_1F1B ? -1 : 1;
+    const int ka[] = {la->micro, la->pp, la->tp, la->zero, la->recompute, la->servers, la->balance, (int)la->comp.kind};
+    const int kc[] = {lc->micro, lc->pp, lc->tp, lc->zero, lc->recompute, lc->servers, lc->balance, (int)lc->comp.kind};
+    for (size_t k = 0; k < sizeof ka / sizeof ka[0]; k++)
+        if (ka[k] != kc[k]) return ka[k] < kc[k] ? -1 : 1;
+    return 0;
 }
 
 dt_status dt_plan_layouts(const dt_plan_in *in, dt_plan_pred **out, int *n) {

@@ -105,17 +105,19 @@ static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const stage_
         fwd[s] = f / 3 + tps[s] / 2;
         bwd[s] = 2 * f / 3 + tps[s] / 2 + (l->recompute ? f / 3 + tps[s] / 2 : 0);
     }
-    /* stage s holds ranks s.span .. (s+1).span - 1: a boundary crosses hosts when
-     * its two stages' first ranks are on different hosts, and then each of the
-     * stage's ranks on the host sends its replica's activations through the
-     * one link at once */
-    int span_r = l->tp * l->dp, on_host = span_r < c->per_host ? span_r : c->per_host;
+    /* stage s holds ranks s.span .. (s+1).span - 1 and rank (s-1).span + r sends
+     * to s.span + r: the pairs on different hosts cross, those leaving one host
+     * at once sharing its link */
+    int span_r = l->tp * l->dp, per = c->per_host;
     double p2p[256] = {0};
     for (int s = 1; s < P; s++) {
-        bool cross = s * span_r / c->per_host != (s - 1) * span_r / c->per_host;
+        int crossing = 0;
+        for (int r = 0; r < span_r; r++) crossing += ((s - 1) * span_r + r) / per != (s * span_r + r) / per;
+        int from_hosts = ((s - 1) * span_r + span_r - 1) / per - ((s - 1) * span_r) / per + 1;
+        int share = crossing ? (crossing + from_hosts - 1) / from_hosts : 1;
         double bytes = sc[s].bound * 4 * mb;
-        dt_link_cost lk = plan_link(c, cross, bytes);
-        p2p[s] = lk.alpha + bytes * lk.beta * (cross ? on_host : 1);
+        dt_link_cost lk = plan_link(c, crossing > 0, bytes);
+        p2p[s] = lk.alpha + bytes * lk.beta * share;
     }
     double busy;
     double span = dt_plan_pipeline(l->sched, P, M, fwd, bwd, p2p, &busy);

@@ -1,7 +1,7 @@
 /* The communication a layout's step exposes (plan_internal.h), on the links
  * of the cluster description:
  *   dp       the busiest stage's gradients reduced over its data-parallel
- *            group bucket by bucket (a block a bucket) as the last
+ *            group bucket by bucket (dtrain's buckets of whole blocks) as the last
  *            micro-batch's backward finishes them, on the communication
  *            thread: all-reduce (ZeRO 0) or reduce-scatter (ZeRO 1, 2), at the
  *            cross level when the group spans hosts;
@@ -21,6 +21,8 @@
  * TCP and the shapers make a link's rate depend on the message. Cost:
  * O(blocks) per layout. */
 #include "plan_internal.h"
+
+#include "dtrain/parallel.h"
 
 #include <math.h>
 
@@ -74,24 +76,32 @@ static double bucket(const dt_plan_cluster *c, const dt_plan_layout *l, int host
     return (N - 1) * (lk.alpha + msg * lk.beta * (hosts > 1 ? share : 1)) + enc + dec;
 }
 
-/* Buckets leave as backward finishes them (a block a bucket) and queue on the
- * communication thread; what runs past the last backward is exposed. With no
- * core to spare nothing hides: the communication thread waits for a core
- * while backward holds them (measured: W2's all-reduce across two emulated
- * hosts was as exposed as ZeRO-1's reduce-scatter, which runs after backward),
- * and a reduction in shared memory or a codec is a core's work anyway. */
+/* The buckets are dtrain's (parallel.h): whole blocks from the last backwards,
+ * each at least the default bucket_bytes of gradients unless it is the first
+ * block's; one is ready when backward has run through its first block (the
+ * stage's backward time shared by FLOPs). They queue on the communication
+ * thread and what runs past the last backward is exposed. With no core to
+ * spare nothing hides: the communication thread waits for a core while
+ * backward holds them (measured: W2's all-reduce across two emulated hosts
+ * was as exposed as ZeRO-1's reduce-scatter, which runs after backward), and
+ * a reduction in shared memory or a codec is a core's work anyway. */
 double plan_dp_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd) {
     if (l->dp < 2 || l->servers) return 0;
     int hosts, per, share;
     plan_dp_span(c, l, &hosts, &per, &share);
-    double n = w->params, comm_end = 0, t = 0, all = 0;
+    dt_dp_cfg dc;
+    dt_dp_cfg_default(&dc);
+    const dt_model *m = w->model;
     bool spare = !plan_oversubscribed(c);
-    for (int b = 0; b < w->blocks; b++) {
-        t += spare ? last_bwd / w->blocks : 0; /* this bucket's gradients are final */
-        double st = comm_end > t ? comm_end : t;
-        double one = bucket(c, l, hosts, per, share, n / w->blocks);
-        comm_end = st + one;
+    double floats = 0, done = 0, comm_end = 0, all = 0;
+    for (int b = w->last; b >= w->first; b--) {
+        floats += (double)(m->blocks[b].param_hi - m->blocks[b].param_lo);
+        done += (double)m->blocks[b].flops;
+        if (floats <= 0 || (4 * floats < (double)dc.bucket_bytes && b > w->first)) continue;
+        double ready = spare && w->flops > 0 ? last_bwd * done / w->flops : 0, one = bucket(c, l, hosts, per, share, floats);
+        comm_end = (comm_end > ready ? comm_end : ready) + one;
         all += one;
+        floats = 0;
     }
     if (!spare) return all;
     return comm_end > last_bwd ? comm_end - last_bwd : 0;

@@ -8,7 +8,9 @@
  *          the others wait), fitted to 2(H-1).alpha + 2n(H-1)/H.beta; and,
  *          since a link's rate depends on the message (TCP's window, a
  *          shaper's bucket), the beta each size measured, (t - 2(H-1).alpha)
- *          / (2n(H-1)/H), keyed by one ring step's message n/H ("measured").
+ *          / (2n(H-1)/H), keyed by one ring step's message n/H
+ *          ("measured_beta": [bytes, s/byte] pairs; no lower than half the
+ *          line's beta, where alpha is most of a small size's time).
  * Then it checks the model: AUTO's measured time against its prediction at a
  * few sizes. Rank 0 prints; the last line is the model as JSON. */
 #include "cli.h"
@@ -111,7 +113,7 @@ static dt_status fit_level(dt_comm *s, dt_algo a, bool shm, double gamma, float 
     for (int k = 0; k < NSIZES && !st && msg; k++) {
         double b = (y[k] - x1[k] * l->alpha) / x2[k];
         msg[k] = (double)((size_t)4096 << (2 * k)) / q;
-        beta[k] = b > l->beta * 0.01 ? b : l->beta * 0.01;
+        beta[k] = b > l->beta * 0.5 ? b : l->beta * 0.5;
     }
     return st;
 }
@@ -171,7 +173,7 @@ int dt_bench_fit(dt_comm *c) {
         printf("{\"local\": {\"alpha\": %.4g, \"beta\": %.4g}, \"cross\": {\"alpha\": %.4g, \"beta\": %.4g", m.local.alpha,
                m.local.beta, m.cross.alpha, m.cross.beta);
         for (int k = 0; k < NSIZES && ti.hosts > 1; k++)
-            printf("%s[%.0f, %.4g]", k ? ", " : ", \"measured\": [", msg[k], beta[k]);
+            printf("%s[%.0f, %.4g]", k ? ", " : ", \"measured_beta\": [", msg[k], beta[k]);
         printf("%s}, \"gamma\": %.4g}\n", ti.hosts > 1 ? "]" : "", m.gamma);
     }
     if (st) fprintf(stderr, "dtrain bench allreduce --fit: %s\n", dt_error_msg());

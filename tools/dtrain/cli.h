@@ -29,7 +29,8 @@ void dt_cli_print_help(FILE *out, const dt_flag_table *tabs, int ntabs, unsigned
  * training step at batch B (dt_cli_profile_host: `profile` ranks at once,
  * per, or every host's ranks when emulated hosts share this machine; with
  * more of them than cores, the fixed time per micro-batch from `cores` at once);
- * memory per rank the host's over per; the links from fit (the JSON line of
+ * memory per rank the machine's over `profile` (the ranks that share it);
+ * the links from fit (the JSON line of
  * 'dtrain bench allreduce --fit'), assumed (40 Gbit/s inside a host, 1 across)
  * when fit is NULL. Fills *c; returns 0, or 1 after one line on stderr that
  * starts with `who`. */

@@ -36,7 +36,7 @@ int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, 
                      int cores, const char *fit, dt_plan_cluster *c) {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGE_SIZE);
     *c = (dt_plan_cluster){.hosts = hosts, .per_host = per, .cores = cores, .optim_s_per_param = 1e-9,
-                           .memory = pages > 0 && psize > 0 ? (double)pages * psize / per : 1e9,
+                           .memory = pages > 0 && psize > 0 ? (double)pages * psize / profile : 1e9,
                            .links = {{2e-6, 8.0 / 40e9}, {50e-6, 8.0 / 1e9}, 0}};
     for (int h = 0; h < hosts; h++) c->speed[h] = 1;
     if (fit && dt_plan_fit_read(fit, c)) {
@@ -76,9 +76,11 @@ static int calibrate(const char *out, const char *fit, const dt_model_cfg *mc, i
     if (!rc && dt_plan_cluster_write(out, c)) rc = 1, fprintf(stderr, "dtrain plan: %s\n", dt_error_msg());
     if (!rc)
         printf("wrote %s: %d x %d ranks, %.1f GFLOP/s per rank on the %s step + %.2f ms a micro-batch, optimizer %.2f "
-               "ns/parameter, local %.2f us + %.3f ns/B%s\n", out, hosts, per, c->flops / 1e9, dt_model_name(mc),
+               "ns/parameter, local %.2f us + %.3f ns/B%s%s%s\n", out, hosts, per, c->flops / 1e9, dt_model_name(mc),
                c->micro_overhead_s * 1e3, c->optim_s_per_param * 1e9, c->links.local.alpha * 1e6,
-               c->links.local.beta * 1e9, fit ? "" : " (links assumed: pass --fit)");
+               c->links.local.beta * 1e9, fit ? "" : " (links assumed: pass --fit)",
+               c->cross_n ? ", the cross link's rate at each measured size" : "",
+               emulated ? ", every host's ranks sharing these cores" : "");
     free(c);
     return rc;
 }
@@ -178,11 +180,12 @@ static const dt_plan_pred *smallest(const dt_plan_pred *v, int n) {
 static void assumptions(const dt_plan_cluster *c) {
     int ranks = c->shared_cores > 0 ? c->hosts * c->per_host : c->per_host;
     int cores = c->shared_cores > 0 ? c->shared_cores : c->cores;
+    if (ranks >= cores)
+        printf("assumed, %d ranks %s %d cores: no core to spare, so no communication hides behind compute\n",
+               ranks, c->shared_cores > 0 ? "(all hosts) sharing" : "on a host's", cores);
     if (ranks > cores)
-        printf("assumed, %d ranks on %s %d cores: time-sliced, no communication hidden behind compute; pipelines\n"
-               "with tensor parallelism and many micro-batches measured up to 2.6x slower than predicted here\n"
-               "(docs/PLANNING.md): run the top few before trusting the order\n",
-               ranks, c->shared_cores > 0 ? "every host's shared" : "a host's", cores);
+        printf("  and the ranks are time-sliced: in docs/BENCHMARKS.md's runs, pipelines with tensor parallelism\n"
+               "  and many micro-batches took up to 2.6x the predicted step; run the top few to compare\n");
     bool unequal = false;
     for (int h = 1; h < c->hosts; h++) unequal |= c->speed[h] != c->speed[0];
     if (!unequal) return;
@@ -221,6 +224,8 @@ int dt_cli_plan(int argc, char **argv) {
         else return usage("bad flag or value '%s'", a);
     }
     if (!cluster && !cal) return usage("%s", "--cluster FILE (or --calibrate OUT) is required");
+    if (!cal && (emulated || fit))
+        return usage("%s only describes a machine: give it with --calibrate OUT", emulated ? "--emulated" : "--fit");
     dt_train_cfg tc;
     dt_train_cfg_default(&tc, DT_MODEL_MLP);
     dt_status st = dt_model_select(&tc.model, model);
