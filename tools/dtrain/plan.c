@@ -185,7 +185,7 @@ static void assumptions(const dt_plan_cluster *c) {
                ranks, c->shared_cores > 0 ? "(all hosts) sharing" : "on a host's", cores);
     if (ranks > cores)
         printf("  and the ranks are time-sliced: in docs/BENCHMARKS.md's runs, pipelines with tensor parallelism\n"
-               "  and many micro-batches took up to 2.6x the predicted step; run the top few to compare\n");
+               "  and many micro-batches took up to 3.7x the predicted step; run the top few to compare\n");
     bool unequal = false;
     for (int h = 1; h < c->hosts; h++) unequal |= c->speed[h] != c->speed[0];
     if (!unequal) return;
