@@ -5,26 +5,11 @@
  * wire; every refusal in one line; and the enumeration's variants. */
 #include "dtrain/plan.h"
 #include "plan/plan_internal.h"
+#include "plan_testhelp.h"
 #include "testhelp.h"
 
 #include <math.h>
 #include <string.h>
-
-static dt_plan_cluster *cluster(int hosts, int per, int cores) {
-    static dt_plan_cluster c;
-    memset(&c, 0, sizeof c);
-    c.hosts = hosts;
-    c.per_host = per;
-    c.cores = cores;
-    c.flops = 1e10;
-    c.memory = 1e12;
-    c.micro_overhead_s = 1e-3;
-    c.optim_s_per_param = 1e-9;
-    c.links.local = (dt_link_cost){1e-6, 1e-10};
-    c.links.cross = (dt_link_cost){5e-5, 8e-9};
-    for (int h = 0; h < hosts; h++) c.speed[h] = 1;
-    return &c;
-}
 
 static dt_model_cfg mlp(void) {
     dt_model_cfg mc;

@@ -6,6 +6,7 @@
  * the dp groups of a tensor-parallel stage share their host's link. */
 #include "dtrain/plan.h"
 #include "plan/plan_internal.h"
+#include "plan_testhelp.h"
 #include "testhelp.h"
 
 #include <math.h>
@@ -89,15 +90,11 @@ static void curve(void) {
                                                                   r.cross_n == 0 && strstr(dt_error_msg(), "measured_beta[1]"));
 }
 
+/* 2 hosts x per ranks with spare cores, the cross link at cross_beta s/byte. */
 static dt_plan_cluster *two_hosts(int per, double cross_beta) {
-    static dt_plan_cluster c;
-    memset(&c, 0, sizeof c);
-    c.hosts = 2, c.per_host = per, c.cores = 8, c.flops = 1e10, c.memory = 1e12;
-    c.micro_overhead_s = 1e-3, c.optim_s_per_param = 1e-9;
-    c.links.local = (dt_link_cost){1e-6, 1e-10};
-    c.links.cross = (dt_link_cost){5e-5, cross_beta};
-    c.speed[0] = c.speed[1] = 1;
-    return &c;
+    dt_plan_cluster *c = cluster(2, per, 8);
+    c->links.cross.beta = cross_beta;
+    return c;
 }
 
 /* Two stages on two hosts, one micro-batch: the step is f0 + p2p + f1 + b1 +

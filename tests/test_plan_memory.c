@@ -11,6 +11,7 @@
  * cluster file's base_mb and mpi_mb. */
 #include "dtrain/plan.h"
 #include "plan/plan_internal.h"
+#include "plan_testhelp.h"
 #include "testhelp.h"
 
 #include <math.h>
@@ -28,20 +29,6 @@ static dt_model_cfg gpt(const char *set) {
     dt_model_cfg_default(&mc, DT_MODEL_GPT);
     snprintf(mc.set, sizeof mc.set, "%s", set);
     return mc;
-}
-
-static dt_plan_cluster *cluster(int hosts, int per, int cores) {
-    static dt_plan_cluster c;
-    memset(&c, 0, sizeof c);
-    c.hosts = hosts;
-    c.per_host = per;
-    c.cores = cores;
-    c.flops = 1e10;
-    c.memory = 1e12;
-    c.links.local = (dt_link_cost){1e-6, 1e-10};
-    c.links.cross = (dt_link_cost){5e-5, 8e-9};
-    for (int h = 0; h < hosts; h++) c.speed[h] = 1;
-    return &c;
 }
 
 /* Stage s of a pipeline cut at blocks first..last of m. */

@@ -61,6 +61,9 @@ void *dt_malloc(size_t n);
 void *dt_calloc(size_t count, size_t size);
 void *dt_realloc_array(void *p, size_t count, size_t size);
 float *dt_alloc_floats(size_t n);
+/* Floats that dt_alloc_floats(n) holds for n >= 1: n rounded up to 16 (whole
+ * 64-byte lines); 0 for n = 0 (memory accounting: callers allocate nothing). */
+size_t dt_alloc_floats_held(size_t n);
 void dt_free(void *p);
 char *dt_strdup(const char *s);
 

@@ -38,6 +38,8 @@ float *dt_alloc_floats(size_t n) {
     return p;
 }
 
+size_t dt_alloc_floats_held(size_t n) { return (n + 15) / 16 * 16; }
+
 void dt_free(void *p) { free(p); }
 
 char *dt_strdup(const char *s) {

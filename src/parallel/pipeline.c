@@ -99,11 +99,11 @@ dt_status dt_pipe_create(dt_pipe **out, dt_model *m, dt_comm *pp, const dt_parti
         if (st) goto fail;
         p->st.act_floats += p->acts[i]->n_floats;
         if (p->stage > 0 && !(p->din[i] = dt_alloc_floats((size_t)maxB * in_dim))) goto nomem;
-        if (p->stage > 0) p->st.buf_floats += ((size_t)maxB * in_dim + 15) / 16 * 16; /* as dt_alloc_floats rounds */
+        if (p->stage > 0) p->st.buf_floats += dt_alloc_floats_held((size_t)maxB * in_dim);
     }
     if (p->shared) p->st.act_floats += p->shared->n_floats;
     if (p->stage < P - 1 && !(p->dout = dt_alloc_floats((size_t)maxB * out_dim))) goto nomem;
-    if (p->stage < P - 1) p->st.buf_floats += ((size_t)maxB * out_dim + 15) / 16 * 16;
+    if (p->stage < P - 1) p->st.buf_floats += dt_alloc_floats_held((size_t)maxB * out_dim);
     *out = p;
     return DT_OK;
 nomem:

@@ -51,7 +51,7 @@
 
 #include <math.h>
 
-static double r16(double n) { return ceil(n / 16) * 16; }
+static double r16(double n) { return (double)dt_alloc_floats_held((size_t)ceil(n)); }
 
 double plan_acts_floats(const dt_model *m, int first, int last, int B, bool shared) {
     double total = 0, maxdim = 0, scratch = 0;
