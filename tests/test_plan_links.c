@@ -157,8 +157,27 @@ static void shared_link(void) {
     test_cond("shared link: two groups of half the bytes take as long as one of all", near(p4.dp_s, p2.dp_s, 0.03));
 }
 
+/* The profile's line t = t0 + c b: exact on a line, one bad point (a step the
+ * scheduler stretched) moves neither t0 nor c, refusals for nonsense. */
+static void affine(void) {
+    double x[6] = {64, 32, 16, 8, 4, 2}, t[6], t0 = -1, c = -1;
+    for (int i = 0; i < 6; i++) t[i] = 5e-3 + 2e-4 * x[i];
+    test_cond("affine: exact line", dt_plan_fit_affine(x, t, 6, &t0, &c) == DT_OK && near(t0, 5e-3, 1e-9) &&
+                                        near(c, 2e-4, 1e-9));
+    t[4] += 40e-3; /* b = 4 ten times its time */
+    test_cond("affine: one outlier leaves the line", dt_plan_fit_affine(x, t, 6, &t0, &c) == DT_OK &&
+                                                         near(t0, 5e-3, 1e-9) && near(c, 2e-4, 1e-9));
+    test_cond("affine: one point is all slope", dt_plan_fit_affine(x, t, 1, &t0, &c) == DT_OK && t0 == 0 &&
+                                                    near(c, t[0] / 64, 1e-12));
+    test_cond("affine: no points refused", dt_plan_fit_affine(x, t, 0, &t0, &c) == DT_ERR_INVALID);
+    test_cond("affine: too many points refused", dt_plan_fit_affine(x, t, DT_PLAN_FIT_MAX + 1, &t0, &c) == DT_ERR_INVALID);
+    x[0] = 0;
+    test_cond("affine: x <= 0 refused", dt_plan_fit_affine(x, t, 6, &t0, &c) == DT_ERR_INVALID);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) return 1;
+    affine();
     curve();
     boundary();
     shared_link();

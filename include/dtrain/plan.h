@@ -141,7 +141,7 @@ dt_status dt_plan_calibrate_flops(const dt_model_cfg *mc, int B, double *flops);
 dt_status dt_plan_calibrate_base(const dt_model_cfg *mc, const char *data, int B, bool mpi, double *base, double *mpi_share);
 
 /* A model's training step on this machine (profile.c): forward + backward
- * timed at batch B, B/2, B/4 and B/8, fitted as t(b) = micro_overhead_s + b
+ * timed at batch B, B/2, ... B/32, fitted (dt_plan_fit_affine) as t(b) = micro_overhead_s + b
  * flops_per_sample / flops; the optimizer's update per parameter (AdamW, or
  * SGD with momentum); each codec's encode and decode per value (fp16, bf16,
  * int8, topk:0.01, sign). */
@@ -152,6 +152,13 @@ typedef struct dt_plan_profile_out {
     double codec_enc_s_per_float[DT_COMP_COUNT], codec_dec_s_per_float[DT_COMP_COUNT];
     int procs;                /* profiles that ran at once (the caller sets it) */
 } dt_plan_profile_out;
+
+/* The line t = t0 + c x through n points (1 <= n <= DT_PLAN_FIT_MAX, x[0] > 0),
+ * robust to one bad point: c the median of the pairwise slopes, t0 the median
+ * of t - c x (Theil-Sen). One point, or all x equal: t0 = 0, c = t[0] / x[0].
+ * DT_ERR_INVALID for n out of range or x[0] <= 0. */
+#define DT_PLAN_FIT_MAX 6
+dt_status dt_plan_fit_affine(const double *x, const double *t, int n, double *t0, double *c);
 
 /* Profiles mc at batch B (see above). sync (NULL: none) is called with
  * sync_ctx after every timed operation, the same number of times in every

@@ -1,9 +1,13 @@
 /* A model's training step profiled on this machine for the planner (plan.h).
  *
  * Forward and backward of a synthetic batch (zero inputs, class 0 targets: the
- * arithmetic is that of any batch) at B, B/2, B/4 and B/8 samples, each the
- * median of seven timed steps after one warm-up, fitted (least squares) as
- *   t(b) = t0 + b c,
+ * arithmetic is that of any batch) at B, B/2, ... B/32 samples (as many of them
+ * as are distinct and >= 1), in turn, each the median of seven timed steps
+ * after one warm-up, fitted as
+ *   t(b) = t0 + b c
+ * by the median of the pairwise slopes and of the residuals (Theil-Sen: a
+ * least-squares line through four points put t0 at 20.3 ms and 0.0 ms in two
+ * profiles of one model, one step's noise moving the intercept),
  * c the time per sample (flops = the model's FLOPs per sample / c) and t0 what
  * every micro-batch costs whatever its size (the layers' fixed work, the lower
  * efficiency of small GEMMs): the compute counterpart of a link's alpha and
@@ -16,7 +20,7 @@
  * synchronous step with that many ranks on the host (threads would not do:
  * OpenBLAS serialises GEMMs called from several threads of one process).
  * Everything is allocated before the first operation, so no profile fails
- * between two syncs. Cost: 32 steps (about 3 B samples), 8 updates and 16
+ * between two syncs. Cost: 48 steps (about 16 B samples), 8 updates and 16
  * codings of 2^20 values per codec. */
 #include "dtrain/plan.h"
 
@@ -124,13 +128,28 @@ static double median7(double (*f)(worker *, int), worker *w, int B) {
     return t[3];
 }
 
-/* The least-squares line t = t0 + c x through n >= 1 points. */
-static void fit_line(const double *x, const double *t, int n, double *t0, double *c) {
-    double sx = 0, st = 0, sxx = 0, sxt = 0;
-    for (int i = 0; i < n; i++) sx += x[i], st += t[i], sxx += x[i] * x[i], sxt += x[i] * t[i];
-    double d = n * sxx - sx * sx;
-    *c = n > 1 && d > 0 ? (n * sxt - sx * st) / d : t[0] / x[0];
-    *t0 = n > 1 && d > 0 ? (st - *c * sx) / n : 0;
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof v[0], by_value);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+dt_status dt_plan_fit_affine(const double *x, const double *t, int n, double *t0, double *c) {
+    if (n < 1 || n > DT_PLAN_FIT_MAX || !(x[0] > 0))
+        return dt_errorf(DT_ERR_INVALID, "plan: a fit needs 1 to %d points with x > 0 (got %d)", DT_PLAN_FIT_MAX, n);
+    double v[DT_PLAN_FIT_MAX * (DT_PLAN_FIT_MAX - 1) / 2];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (x[i] != x[j]) v[k++] = (t[i] - t[j]) / (x[i] - x[j]);
+    if (k == 0) {
+        *t0 = 0;
+        *c = t[0] / x[0];
+        return DT_OK;
+    }
+    *c = median_of(v, k);
+    for (int i = 0; i < n; i++) v[i] = t[i] - *c * x[i];
+    *t0 = median_of(v, n);
+    return DT_OK;
 }
 
 /* Encode and decode of CODEC_N normal values per codec: the median of seven
@@ -162,16 +181,19 @@ static void codecs(worker *w) {
 
 /* The whole profile of one worker; the same barriers in every worker. */
 static void profile_all(worker *w) {
-    double xs[4], ts[4];
+    double xs[DT_PLAN_FIT_MAX], ts[DT_PLAN_FIT_MAX], t[DT_PLAN_FIT_MAX][8];
     int k = 0;
-    for (int b = w->B; k < 4 && (k == 0 || b < (int)xs[k - 1]); b = b / 2 > 0 ? b / 2 : 1, k++) {
-        xs[k] = b;
-        ts[k] = median7(step, w, b);
-    }
+    for (int b = w->B; k < DT_PLAN_FIT_MAX && (k == 0 || b < (int)xs[k - 1]); b = b / 2 > 0 ? b / 2 : 1) xs[k++] = b;
+    /* The sizes in turn, eight rounds (the first a warm-up): a slow spell of
+     * the machine (two profiles a minute apart differed by 40% at one size)
+     * then stretches every size alike, which moves the slope, not t0. */
+    for (int r = 0; r < 8; r++)
+        for (int i = 0; i < k; i++) t[i][r] = step(w, (int)xs[i]);
+    for (int i = 0; i < k; i++) ts[i] = median_of(t[i] + 1, 7);
     w->out.optim_s_per_param = median7(update, w, w->B) / (double)(w->m->n ? w->m->n : 1);
     codecs(w);
-    double c, t0;
-    fit_line(xs, ts, k, &t0, &c);
+    double c = 0, t0 = 0;
+    (void)dt_plan_fit_affine(xs, ts, k, &t0, &c); /* never fails: k >= 1, xs[0] = B >= 1 */
     if (!(c > 0) || t0 < 0) { /* noise: no fixed part to speak of */
         c = ts[0] / w->B;
         t0 = 0;
