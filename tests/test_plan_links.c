@@ -157,6 +157,30 @@ static void shared_link(void) {
     test_cond("shared link: two groups of half the bytes take as long as one of all", near(p4.dp_s, p2.dp_s, 0.03));
 }
 
+/* GPipe against 1F1B on a slow boundary: with cores to spare its transfers
+ * overlap the next forwards and it is predicted faster; with more ranks than
+ * cores it is taken as no faster (and a tie ranks 1F1B first). */
+static void gpipe_sliced(void) {
+    dt_model_cfg mc;
+    dt_model_cfg_default(&mc, DT_MODEL_MLP);
+    dt_plan_layout g = {.dp = 1, .tp = 1, .pp = 2, .micro = 8, .sched = DT_PLAN_GPIPE}, f = g;
+    f.sched = DT_PLAN_1F1B;
+    dt_plan_in in = {.model = &mc, .batch = 64, .adam = true, .cluster = two_hosts(1, 8e-7)};
+    dt_plan_pred pg, pf;
+    test_cond("gpipe: predicted with cores to spare", dt_plan_predict(&in, &g, &pg) == DT_OK &&
+                                                          dt_plan_predict(&in, &f, &pf) == DT_OK);
+    printf("gpipe, 8 cores a host: gpipe %.3f ms, 1f1b %.3f ms\n", pg.step_s * 1e3, pf.step_s * 1e3);
+    test_cond("gpipe: its transfers overlap, faster than 1f1b", pg.step_s < pf.step_s);
+    dt_plan_cluster *sliced = two_hosts(1, 8e-7);
+    sliced->cores = 1;
+    sliced->shared_cores = 1; /* 2 ranks on 1 shared core */
+    in.cluster = sliced;
+    test_cond("gpipe: predicted time-sliced", dt_plan_predict(&in, &g, &pg) == DT_OK &&
+                                                  dt_plan_predict(&in, &f, &pf) == DT_OK);
+    printf("gpipe, 2 ranks on 1 core: gpipe %.3f ms, 1f1b %.3f ms\n", pg.step_s * 1e3, pf.step_s * 1e3);
+    test_cond("gpipe: time-sliced, no faster than 1f1b", pg.step_s >= pf.step_s);
+}
+
 /* The profile's line t = t0 + c b: exact on a line, one bad point (a step the
  * scheduler stretched) moves neither t0 nor c, refusals for nonsense. */
 static void affine(void) {
@@ -164,7 +188,7 @@ static void affine(void) {
     for (int i = 0; i < 6; i++) t[i] = 5e-3 + 2e-4 * x[i];
     test_cond("affine: exact line", dt_plan_fit_affine(x, t, 6, &t0, &c) == DT_OK && near(t0, 5e-3, 1e-9) &&
                                         near(c, 2e-4, 1e-9));
-    t[4] += 40e-3; /* b = 4 ten times its time */
+    t[4] += 40e-3; /* b = 4 eight times its time */
     test_cond("affine: one outlier leaves the line", dt_plan_fit_affine(x, t, 6, &t0, &c) == DT_OK &&
                                                          near(t0, 5e-3, 1e-9) && near(c, 2e-4, 1e-9));
     test_cond("affine: one point is all slope", dt_plan_fit_affine(x, t, 1, &t0, &c) == DT_OK && t0 == 0 &&
@@ -178,6 +202,7 @@ static void affine(void) {
 int main(void) {
     if (!mkdtemp(dir)) return 1;
     affine();
+    gpipe_sliced();
     curve();
     boundary();
     shared_link();

@@ -44,7 +44,9 @@ size_t dt_chunk_len(size_t count, int size, int r);
 /* ---- lifetime ---------------------------------------------------------------
  * dt_comm_init: mpi true (the program was started by mpirun/srun; the program
  * decides, e.g. from its environment): calls MPI_Init_thread (unless MPI is
- * initialised already) and returns a private copy of MPI_COMM_WORLD. mpi false:
+ * initialised already; before it, sets OMPI_MCA_btl_tcp_eager_limit to 4 MiB in
+ * the environment unless it is set: comm.c says why) and returns a private copy
+ * of MPI_COMM_WORLD. mpi false:
  * returns a self communicator and never touches MPI, so a one-process run
  * needs no launcher and nothing of MPI's start-up (name resolution, daemons,
  * its messages) can delay it or print. The caller owns *out (dt_comm_destroy). */

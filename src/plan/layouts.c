@@ -11,6 +11,7 @@
  *   tp        each block's all-reduce bytes through the local link (ring cost);
  *   schedule  dt_plan_pipeline over the stages, boundary transfers between
  *             (across hosts, the stage's ranks on a host share its link);
+ *             with more ranks than cores GPipe is no faster than 1F1B;
  *   dp, ZeRO, compression, parameter server: plan_comm.c;
  *   optimizer the rank's share of parameters x the cluster's time per parameter.
  * Heterogeneous hosts: a stage runs at its slowest host's speed, except plain
@@ -121,6 +122,14 @@ static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const stage_
     }
     double busy;
     double span = dt_plan_pipeline(l->sched, P, M, fwd, bwd, p2p, &busy);
+    /* Ranks taking turns on the cores: GPipe's one edge over 1F1B here, its
+     * boundary transfers overlapping the next forwards, did not show; it
+     * measured 1.0-1.6x 1F1B's step at the same micro-batches (docs/
+     * BENCHMARKS.md). Taken as no faster than 1F1B. */
+    if (l->sched == DT_PLAN_GPIPE && plan_time_sliced(c)) {
+        double s1 = dt_plan_pipeline(DT_PLAN_1F1B, P, M, fwd, bwd, p2p, NULL);
+        if (s1 > span) span = s1;
+    }
     int worst = 0;
     for (int s = 1; s < P; s++)
         if (fwd[s] + bwd[s] > fwd[worst] + bwd[worst]) worst = s;

@@ -37,6 +37,10 @@ static inline int plan_cores_sharing(const dt_plan_cluster *c) {
 static inline bool plan_oversubscribed(const dt_plan_cluster *c) {
     return plan_ranks_sharing(c) >= plan_cores_sharing(c);
 }
+/* More ranks than cores: the ranks take turns on them. */
+static inline bool plan_time_sliced(const dt_plan_cluster *c) {
+    return plan_ranks_sharing(c) > plan_cores_sharing(c);
+}
 
 /* ---- communication (plan_comm.c) ---- */
 /* The link a message of msg bytes takes: local, or across hosts at the rate

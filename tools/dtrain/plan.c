@@ -184,8 +184,8 @@ static void assumptions(const dt_plan_cluster *c) {
         printf("assumed, %d ranks %s %d cores: no core to spare, so no communication hides behind compute\n",
                ranks, c->shared_cores > 0 ? "(all hosts) sharing" : "on a host's", cores);
     if (ranks > cores)
-        printf("  and the ranks are time-sliced: in docs/BENCHMARKS.md's runs, pipelines with tensor parallelism\n"
-               "  and many micro-batches took up to 3.7x the predicted step; run the top few to compare\n");
+        printf("  and the ranks are time-sliced: GPipe is taken as no faster than 1F1B, and in docs/BENCHMARKS.md's\n"
+               "  runs pipelines with tensor parallelism were off by up to 46%% either way; run the top few to compare\n");
     bool unequal = false;
     for (int h = 1; h < c->hosts; h++) unequal |= c->speed[h] != c->speed[0];
     if (!unequal) return;
