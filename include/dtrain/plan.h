@@ -148,6 +148,7 @@ dt_status dt_plan_calibrate_base(const dt_model_cfg *mc, const char *data, int B
 typedef struct dt_plan_profile_out {
     double flops;             /* FLOP/s on the per-sample part */
     double micro_overhead_s;  /* t0: a micro-batch's fixed time */
+    double step_s;            /* the median step at batch B */
     double optim_s_per_param;
     double codec_enc_s_per_float[DT_COMP_COUNT], codec_dec_s_per_float[DT_COMP_COUNT];
     int procs;                /* profiles that ran at once (the caller sets it) */

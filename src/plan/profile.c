@@ -199,6 +199,7 @@ static void profile_all(worker *w) {
         t0 = 0;
     }
     w->out.micro_overhead_s = t0;
+    w->out.step_s = ts[0];
     w->out.flops = c > 0 ? (double)w->m->flops_per_sample / c : 0;
 }
 

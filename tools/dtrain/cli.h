@@ -26,9 +26,10 @@ void dt_cli_print_help(FILE *out, const dt_flag_table *tabs, int ntabs, unsigned
 /* This machine described for the planner (plan.c), as 'dtrain plan
  * --calibrate' describes it: hosts x per ranks, `cores` per host; a rank's
  * FLOP/s, fixed time per micro-batch and optimizer cost measured here on mc's
- * training step at batch B (dt_cli_profile_host: `profile` ranks at once,
- * per, or every host's ranks when emulated hosts share this machine; with
- * more of them than cores, the fixed time per micro-batch from `cores` at once);
+ * training step at batch B (the faster of two dt_cli_profile_host runs of
+ * `profile` ranks at once: per, or every host's ranks when emulated hosts share
+ * this machine; with more of them than cores, the fixed time per micro-batch
+ * from `cores` at once);
  * memory per rank the machine's over `profile` (the ranks that share it);
  * the links from fit (the JSON line of
  * 'dtrain bench allreduce --fit'), assumed (40 Gbit/s inside a host, 1 across)
