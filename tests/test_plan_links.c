@@ -159,7 +159,7 @@ static void shared_link(void) {
 
 /* GPipe against 1F1B on a slow boundary: with cores to spare its transfers
  * overlap the next forwards and it is predicted faster; with more ranks than
- * cores it is taken as no faster (and a tie ranks 1F1B first). */
+ * cores it is taken as no faster. */
 static void gpipe_sliced(void) {
     dt_model_cfg mc;
     dt_model_cfg_default(&mc, DT_MODEL_MLP);

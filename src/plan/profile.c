@@ -186,7 +186,8 @@ static void profile_all(worker *w) {
     for (int b = w->B; k < DT_PLAN_FIT_MAX && (k == 0 || b < (int)xs[k - 1]); b = b / 2 > 0 ? b / 2 : 1) xs[k++] = b;
     /* The sizes in turn, eight rounds (the first a warm-up): a slow spell of
      * the machine (two profiles a minute apart differed by 40% at one size)
-     * then stretches every size alike, which moves the slope, not t0. */
+     * then lands on a round of every size, which each size's median drops,
+     * instead of on all seven steps of one size, which bends the line. */
     for (int r = 0; r < 8; r++)
         for (int i = 0; i < k; i++) t[i][r] = step(w, (int)xs[i]);
     for (int i = 0; i < k; i++) ts[i] = median_of(t[i] + 1, 7);

@@ -205,7 +205,7 @@ static void assumptions(const dt_plan_cluster *c) {
                ranks, c->shared_cores > 0 ? "(all hosts) sharing" : "on a host's", cores);
     if (ranks > cores)
         printf("  and the ranks are time-sliced: GPipe is taken as no faster than 1F1B, and in docs/BENCHMARKS.md's\n"
-               "  runs pipelines with tensor parallelism were off by up to 46%% either way; run the top few to compare\n");
+               "  runs pipelines were off by 20-30%% either way; run the top few to compare\n");
     bool unequal = false;
     for (int h = 1; h < c->hosts; h++) unequal |= c->speed[h] != c->speed[0];
     if (!unequal) return;
