@@ -107,6 +107,9 @@ typedef struct dt_plan_cluster {
     double cross_msg[DT_PLAN_MAX_CURVE], cross_beta[DT_PLAN_MAX_CURVE];
 } dt_plan_cluster;
 
+/* The ranks that compete for one set of cores (a host's, or every host's when
+ * shared_cores says they share the machine's); *cores, those cores. */
+int dt_plan_ranks_sharing(const dt_plan_cluster *c, int *cores);
 /* Reads a cluster description; one line naming the file and the field on error. */
 dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *out);
 /* The links of 'dtrain bench allreduce --fit''s last line (a JSON object:

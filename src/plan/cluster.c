@@ -116,6 +116,11 @@ double dt_plan_cross_beta(const dt_plan_cluster *c, double bytes) {
     return c->cross_beta[k - 1] + f * (c->cross_beta[k] - c->cross_beta[k - 1]);
 }
 
+int dt_plan_ranks_sharing(const dt_plan_cluster *c, int *cores) {
+    *cores = c->shared_cores > 0 ? c->shared_cores : c->cores;
+    return c->shared_cores > 0 ? c->hosts * c->per_host : c->per_host;
+}
+
 dt_status dt_plan_fit_read(const char *path, dt_plan_cluster *c) {
     json_error_t err;
     json_t *o = json_load_file(path, 0, &err);

@@ -26,20 +26,16 @@ void plan_stage_memory(const dt_plan_in *in, const dt_plan_layout *l, const stag
  * (boundaries and gradient buffers only) when shared. */
 double plan_acts_floats(const dt_model *m, int first, int last, int B, bool shared);
 
-/* The ranks that compete for one set of cores (a host's, or every host's when
- * they share the machine's) and those cores; oversubscribed: no core to spare. */
-static inline int plan_ranks_sharing(const dt_plan_cluster *c) {
-    return c->shared_cores > 0 ? c->hosts * c->per_host : c->per_host;
-}
-static inline int plan_cores_sharing(const dt_plan_cluster *c) {
-    return c->shared_cores > 0 ? c->shared_cores : c->cores;
-}
+/* No core to spare: as many ranks as cores or more on one set of them
+ * (dt_plan_ranks_sharing). */
 static inline bool plan_oversubscribed(const dt_plan_cluster *c) {
-    return plan_ranks_sharing(c) >= plan_cores_sharing(c);
+    int cores, ranks = dt_plan_ranks_sharing(c, &cores);
+    return ranks >= cores;
 }
 /* More ranks than cores: the ranks take turns on them. */
 static inline bool plan_time_sliced(const dt_plan_cluster *c) {
-    return plan_ranks_sharing(c) > plan_cores_sharing(c);
+    int cores, ranks = dt_plan_ranks_sharing(c, &cores);
+    return ranks > cores;
 }
 
 /* ---- communication (plan_comm.c) ---- */

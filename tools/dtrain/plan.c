@@ -11,6 +11,7 @@
 #include "dtrain/plan.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,13 +42,10 @@ static int profile_best(const char *who, const dt_model_cfg *mc, int B, bool ada
     for (int k = 0; k < 2; k++)
         if (dt_cli_profile_host(who, mc, B, adam, per, &p[k])) return 1;
     *out = p[p[1].step_s < p[0].step_s];
-    if (p[1].optim_s_per_param < out->optim_s_per_param) out->optim_s_per_param = p[1].optim_s_per_param;
-    if (p[0].optim_s_per_param < out->optim_s_per_param) out->optim_s_per_param = p[0].optim_s_per_param;
+    out->optim_s_per_param = fmin(p[0].optim_s_per_param, p[1].optim_s_per_param);
     for (int k = 0; k < DT_COMP_COUNT; k++) {
-        double e = p[0].codec_enc_s_per_float[k], f = p[1].codec_enc_s_per_float[k];
-        double d = p[0].codec_dec_s_per_float[k], g = p[1].codec_dec_s_per_float[k];
-        out->codec_enc_s_per_float[k] = e < f ? e : f;
-        out->codec_dec_s_per_float[k] = d < g ? d : g;
+        out->codec_enc_s_per_float[k] = fmin(p[0].codec_enc_s_per_float[k], p[1].codec_enc_s_per_float[k]);
+        out->codec_dec_s_per_float[k] = fmin(p[0].codec_dec_s_per_float[k], p[1].codec_dec_s_per_float[k]);
     }
     return 0;
 }
@@ -198,8 +196,7 @@ static const dt_plan_pred *smallest(const dt_plan_pred *v, int n) {
 /* What the table assumed about hosts of unequal speed, when they are, and
  * where it is least sure: more ranks than cores. */
 static void assumptions(const dt_plan_cluster *c) {
-    int ranks = c->shared_cores > 0 ? c->hosts * c->per_host : c->per_host;
-    int cores = c->shared_cores > 0 ? c->shared_cores : c->cores;
+    int cores, ranks = dt_plan_ranks_sharing(c, &cores);
     if (ranks >= cores)
         printf("assumed, %d ranks %s %d cores: no core to spare, so no communication hides behind compute\n",
                ranks, c->shared_cores > 0 ? "(all hosts) sharing" : "on a host's", cores);
