@@ -233,7 +233,13 @@ static void test_act(int gelu, size_t n, double range) {
         dt_relu_forward(z, z, n);
         snprintf(nm, sizeof nm, "relu in place n=%zu", n);
         test_close(nm, z, y, n, 0, 0);
+        /* the mask overwrites (garbage before) with what backward adds to zeros */
+        float *m = fnan(n);
+        dt_relu_mask(m, R, y, n);
+        snprintf(nm, sizeof nm, "relu mask n=%zu", n);
+        test_close(nm, m, dx, n, 0, 0);
         free(z);
+        free(m);
     }
     free(x); free(R); free(y); free(yr); free(dx); free(g0); free(a); free(c.x); free(c.R);
 }
@@ -661,6 +667,33 @@ static void test_maxpool_ties(void) {
     test_cond("maxpool tie -> first in row-major order", am[0] == 0 && am[1] == 6);
     dt_maxpool2x2_backward(dx, g, am, 1, 1, 2, 4);
     test_cond("maxpool tie gradient goes to the first", dx[0] == 1 && dx[6] == 2 && dx[7] == 0);
+    /* NaN wins, the first one in row-major order, wherever it stands in the
+     * window (and after it nothing replaces it), as in PyTorch. */
+    const float xn[16] = {1, NAN, 2, 5, -1, 9, 0, NAN,
+                          NAN, 3, 4, 7, 8, NAN, NAN, NAN};
+    float yn[4];
+    int32_t an[4];
+    dt_maxpool2x2_forward(yn, an, xn, 1, 1, 4, 4);
+    test_cond("maxpool NaN wins, first NaN's index",
+              isnan(yn[0]) && an[0] == 1 && isnan(yn[1]) && an[1] == 7 && isnan(yn[2]) && an[2] == 8 &&
+                  isnan(yn[3]) && an[3] == 14);
+    /* The same windows and the ties above, four times across a 4x16 plane: the
+     * vector path (rows of 8 outputs) must pick the same elements. */
+    float xw[64], yw[16];
+    int32_t aw[16];
+    const int32_t want[4] = {1, 7, 8, 14};
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 16; c++) xw[r * 16 + c] = c < 8 || r >= 2 ? xn[r * 4 + c % 4] : 1.0f;
+    dt_maxpool2x2_forward(yw, aw, xw, 1, 1, 4, 16);
+    int vec_ok = 1;
+    for (int oh = 0; oh < 2; oh++)
+        for (int ow = 0; ow < 8; ow++) {
+            int j = oh * 8 + ow, w4 = oh * 2 + ow % 2, blk = ow / 2;
+            int32_t e = want[w4] / 4 * 16 + blk * 4 + want[w4] % 4;
+            if (oh == 0 && ow >= 4) e = 2 * ow; /* all ones: a tie, the first */
+            if (aw[j] != e || (oh == 0 && ow >= 4 ? yw[j] != 1.0f : !isnan(yw[j]))) vec_ok = 0;
+        }
+    test_cond("maxpool NaN and ties, 8 outputs a row", vec_ok);
 }
 
 /* ==== layers added for CNNs beyond LeNet and LLaMA-style transformers ======= */
@@ -1366,6 +1399,10 @@ int main(void) {
     test_conv2d_chunks((dt_conv2d_dims){2, 1, 46, 46, 2, 3, 3, 1, 1});
     test_maxpool(2, 3, 4, 6);
     test_maxpool(1, 1, 2, 2);
+    test_maxpool(1, 2, 4, 28); /* rows of 14: a block of 8, then one moved back */
+    test_maxpool(2, 1, 2, 14); /* rows of 7: blocks of 4 */
+    test_maxpool(1, 1, 2, 16); /* one block of 8 exactly */
+    test_maxpool(1, 1, 2, 18); /* 9 */
     test_maxpool_ties();
     test_dropout(7, 37, 0.3f);
     test_dropout(1, 5, 0.5f);

@@ -817,6 +817,11 @@ int main(void) {
     test_crossentropy();
     test_conv2d("fixtures/ref_conv2d_pad2.safetensors", "conv2d pad 2");
     test_conv2d("fixtures/ref_conv2d_stride2.safetensors", "conv2d stride 2");
+    test_conv2d("fixtures/ref_conv2d_1x1.safetensors", "conv2d 1x1 batch 1");
+    test_conv2d("fixtures/ref_conv2d_3x3_pad1.safetensors", "conv2d 3x3 pad 1 odd channels");
+    test_conv2d("fixtures/ref_conv2d_3x3_pad0.safetensors", "conv2d 3x3 pad 0");
+    test_conv2d("fixtures/ref_conv2d_3x3_stride2_pad1.safetensors", "conv2d 3x3 stride 2 pad 1");
+    test_conv2d("fixtures/ref_conv2d_w3_layer2.safetensors", "conv2d W3 layer 2");
     test_maxpool();
     test_batchnorm("fixtures/ref_batchnorm2d.safetensors", "batchnorm2d");
     test_batchnorm("fixtures/ref_batchnorm1d.safetensors", "batchnorm1d");

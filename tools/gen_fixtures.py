@@ -3,6 +3,7 @@
 Run with Debian's interpreter (it has python3-torch and python3-numpy):
     /usr/bin/python3 tools/gen_fixtures.py                # every fixture
     /usr/bin/python3 tools/gen_fixtures.py --new-layers   # only gen_new_layers()'s
+    /usr/bin/python3 tools/gen_fixtures.py --conv-shapes  # only gen_conv_shapes()'s
 
 Every fixture is a safetensors file under tests/fixtures/ (prefix ref_). Inputs
 and parameters are drawn in float32 (that is what the C side runs on); the
@@ -457,10 +458,29 @@ def gen_new_layers():
     gen_mse()
 
 
+# Convolutions at the shapes the direct kernel (src/nn/conv2d_direct.c) must
+# get right besides the usual ones: 1x1 and 3x3 kernels, pad 0/1/2, stride 2,
+# channel counts that are not multiples of 16, batch 1. Their own seed, so
+# adding them changed no earlier fixture; `--conv-shapes` regenerates them.
+CONV_SHAPES_SEED = 5678
+
+
+def gen_conv_shapes():
+    torch.manual_seed(CONV_SHAPES_SEED)
+    gen_conv2d("conv2d_1x1", B=1, IC=5, H=6, W=7, OC=17, K=1, stride=1, pad=0)
+    gen_conv2d("conv2d_3x3_pad1", B=3, IC=19, H=7, W=6, OC=33, K=3, stride=1, pad=1)
+    gen_conv2d("conv2d_3x3_pad0", B=1, IC=3, H=9, W=8, OC=7, K=3, stride=1, pad=0)
+    gen_conv2d("conv2d_3x3_stride2_pad1", B=2, IC=5, H=9, W=10, OC=18, K=3, stride=2, pad=1)
+    gen_conv2d("conv2d_w3_layer2", B=1, IC=32, H=14, W=14, OC=64, K=5, stride=1, pad=2)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     if sys.argv[1:] == ["--new-layers"]:
         gen_new_layers()
+        return
+    if sys.argv[1:] == ["--conv-shapes"]:
+        gen_conv_shapes()
         return
     gen_linear(True)
     gen_linear(False)
@@ -477,6 +497,7 @@ def main():
     gen_cnn()
     gen_gpt()
     gen_new_layers()
+    gen_conv_shapes()
 
 
 if __name__ == "__main__":

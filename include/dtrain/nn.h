@@ -38,6 +38,9 @@ void dt_linear_backward(float *dinp,       /* (N, IC) or NULL */
  * Backward uses the forward OUTPUT (out > 0), so forward may run in place. */
 void dt_relu_forward(float *out, const float *inp, size_t n);
 void dt_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
+/* dst[i] = out[i] > 0 ? dout[i] : 0, overwriting: the gradient before a ReLU
+ * fused into a layer, in one pass (no zero-fill and add). */
+void dt_relu_mask(float *dst, const float *dout, const float *out, size_t n);
 
 /* ---- GELU, tanh form (GPT-2): 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) --- */
 void dt_gelu_forward(float *out, const float *inp, size_t n);

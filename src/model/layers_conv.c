@@ -37,8 +37,7 @@ static void conv_backward(const dt_layer *l, const dt_lctx *c, const float *in, 
     float *cscratch = scratch;
     if (l->ops->uses_out) {
         size_t n = (size_t)c->batch->B * l->out_dim;
-        memset(scratch, 0, n * sizeof(float));
-        dt_relu_backward(scratch, dout, out, n);
+        dt_relu_mask(scratch, dout, out, n);
         dpre = scratch;
         cscratch = scratch + n;
     }

@@ -45,8 +45,7 @@ static void lin_backward(const dt_layer *l, const dt_lctx *c, const float *in, c
     const float *dpre = dout;
     if (l->ops->uses_out) { /* fused ReLU */
         size_t n = (size_t)N * OC;
-        memset(scratch, 0, n * sizeof(float));
-        dt_relu_backward(scratch, dout, out, n);
+        dt_relu_mask(scratch, dout, out, n);
         dpre = scratch;
     }
     dt_linear_backward(din, c->G + l->off[0], l->d[2] ? c->G + l->off[1] : NULL, dpre, in, c->P + l->off[0], N,

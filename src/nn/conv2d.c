@@ -20,6 +20,8 @@
  * im2col copies whole output rows: for each (c, kh, kw) the valid ow range is
  * computed once, the padding at the edges is zero-filled and the middle is a
  * contiguous copy (stride 1) or a strided gather, with no per-element branches. */
+#include "conv2d_impl.h"
+
 #include "core/cpu.h"
 #include "dtrain/core.h"
 #include "dtrain/nn.h"
@@ -42,7 +44,7 @@ static int chunk_samples(const dt_conv2d_dims *d) {
     return nb < 1 ? 1 : (int)nb;
 }
 
-size_t dt_conv2d_scratch_floats(const dt_conv2d_dims *d) {
+size_t dt_conv2d_im2col_scratch_floats(const dt_conv2d_dims *d) {
     size_t K = (size_t)d->IC * d->KH * d->KW;
     size_t nb = (size_t)chunk_samples(d);
     size_t cols = nb * dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
@@ -166,7 +168,7 @@ DT_HOT static void col2im_add(float *dx, const float *col, size_t ld, const dt_c
     }
 }
 
-void dt_conv2d_forward(float *out, float *scratch, const float *inp, const float *w,
+void dt_conv2d_im2col_forward(float *out, float *scratch, const float *inp, const float *w,
                        const float *b, const dt_conv2d_dims *d) {
     DT_ASSERT(d->stride >= 1 && d->pad >= 0);
     const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d), OC = d->OC;
@@ -205,7 +207,7 @@ void dt_conv2d_forward(float *out, float *scratch, const float *inp, const float
     }
 }
 
-void dt_conv2d_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout,
+void dt_conv2d_im2col_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout,
                         const float *inp, const float *w, const dt_conv2d_dims *d) {
     DT_ASSERT(d->stride >= 1 && d->pad >= 0);
     const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d), OC = d->OC;
@@ -244,4 +246,25 @@ void dt_conv2d_backward(float *dinp, float *dw, float *db, float *scratch, const
         for (int s = 0; s < nb; s++)
             col2im_add(dinp + (b0 + s) * in_sz, col + (size_t)s * P, ld, d, OH, OW);
     }
+}
+
+size_t dt_conv2d_scratch_floats(const dt_conv2d_dims *d) {
+    return dt_conv2d_direct_ok(d) ? dt_conv2d_direct_scratch_floats(d)
+                                  : dt_conv2d_im2col_scratch_floats(d);
+}
+
+void dt_conv2d_forward(float *out, float *scratch, const float *inp, const float *w,
+                       const float *b, const dt_conv2d_dims *d) {
+    if (dt_conv2d_direct_ok(d))
+        dt_conv2d_direct_forward(out, scratch, inp, w, b, d);
+    else
+        dt_conv2d_im2col_forward(out, scratch, inp, w, b, d);
+}
+
+void dt_conv2d_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout,
+                        const float *inp, const float *w, const dt_conv2d_dims *d) {
+    if (dt_conv2d_direct_ok(d))
+        dt_conv2d_direct_backward(dinp, dw, db, scratch, dout, inp, w, d);
+    else
+        dt_conv2d_im2col_backward(dinp, dw, db, scratch, dout, inp, w, d);
 }

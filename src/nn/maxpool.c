@@ -8,8 +8,73 @@
 
 #include <math.h>
 
+#include <string.h>
+
 /* Whether v replaces the current best: strictly greater, or the first NaN. */
 static inline int beats(float v, float best) { return !isnan(best) && (v > best || isnan(v)); }
+
+/* The same on N outputs at once (vector extensions): rows r0, r1 from column
+ * 2*ow are split into even and odd columns, the four candidates compared in
+ * window order with masks and selects. On real activations a window's winner
+ * is a coin toss, and the scalar form's branches mispredicted about half the
+ * time (maxpool forward was 5.7% of a W3 step). */
+#define DEFINE_POOL(NAME, N, VF, VI, EVEN, ODD)                                                  \
+    typedef float VF __attribute__((vector_size(4 * N)));                                       \
+    typedef int32_t VI __attribute__((vector_size(4 * N)));                                     \
+    static inline __attribute__((always_inline)) void NAME(float *o, int32_t *a, const float *r0,  \
+                            const float *r1, int32_t i0, int W) {                               \
+        VF x0, x1, y0, y1;                                                                      \
+        memcpy(&x0, r0, sizeof x0);                                                             \
+        memcpy(&x1, r0 + N, sizeof x1);                                                         \
+        memcpy(&y0, r1, sizeof y0);                                                             \
+        memcpy(&y1, r1 + N, sizeof y1);                                                         \
+        const VI ev = EVEN, od = ODD;                                                           \
+        const VF c[4] = {__builtin_shuffle(x0, x1, ev), __builtin_shuffle(x0, x1, od),          \
+                         __builtin_shuffle(y0, y1, ev), __builtin_shuffle(y0, y1, od)};         \
+        const VI base = i0 + ev, step[4] = {base, base + 1, base + W, base + W + 1};            \
+        VF best = c[0];                                                                         \
+        VI at = base;                                                                           \
+        for (int k = 1; k < 4; k++) {                                                           \
+            VI t = (best == best) & ((c[k] > best) | (c[k] != c[k]));                           \
+            best = (VF)((t & (VI)c[k]) | (~t & (VI)best));                                      \
+            at = (t & step[k]) | (~t & at);                                                     \
+        }                                                                                       \
+        memcpy(o, &best, sizeof best);                                                          \
+        memcpy(a, &at, sizeof at);                                                              \
+    }
+DEFINE_POOL(pool8, 8, v8f, v8i, ((v8i){0, 2, 4, 6, 8, 10, 12, 14}), ((v8i){1, 3, 5, 7, 9, 11, 13, 15}))
+DEFINE_POOL(pool4, 4, v4f, v4i, ((v4i){0, 2, 4, 6}), ((v4i){1, 3, 5, 7}))
+
+/* One output row: blocks of 8 (4 when the row is shorter), the last block
+ * moved back to end at the row's end (it recomputes a few outputs with the same
+ * result), scalar only for rows under 4. Always inlined, so that each of
+ * dt_maxpool2x2_forward's CPU-level clones gets its own vector code. */
+static inline __attribute__((always_inline)) void pool_row(float *o, int32_t *a,
+                                                           const float *r0, const float *r1,
+                                                           int32_t i0, int W, int OW) {
+    const int n = OW >= 8 ? 8 : OW >= 4 ? 4 : 0;
+    if (!n) {
+        for (int ow = 0; ow < OW; ow++) {
+            const int32_t i = i0 + 2 * ow, cand[3] = {i + 1, i + W, i + W + 1};
+            const float v[3] = {r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+            float best = r0[2 * ow];
+            int32_t at = i;
+            for (int k = 0; k < 3; k++)
+                if (beats(v[k], best)) best = v[k], at = cand[k];
+            o[ow] = best;
+            a[ow] = at;
+        }
+        return;
+    }
+    for (int ow = 0;; ow += n) {
+        if (ow + n > OW) ow = OW - n;
+        if (n == 8)
+            pool8(o + ow, a + ow, r0 + 2 * ow, r1 + 2 * ow, i0 + 2 * ow, W);
+        else
+            pool4(o + ow, a + ow, r0 + 2 * ow, r1 + 2 * ow, i0 + 2 * ow, W);
+        if (ow + n == OW) break;
+    }
+}
 
 DT_HOT void dt_maxpool2x2_forward(float *out, int32_t *argmax, const float *inp, int B, int C,
                            int H, int W) {
@@ -17,21 +82,10 @@ DT_HOT void dt_maxpool2x2_forward(float *out, int32_t *argmax, const float *inp,
     const int OH = H / 2, OW = W / 2;
     for (size_t p = 0; p < (size_t)B * C; p++) {
         const float *x = inp + p * H * W;
-        float *o = out + p * OH * OW;
-        int32_t *a = argmax + p * OH * OW;
         for (int oh = 0; oh < OH; oh++) {
             const float *r0 = x + (size_t)(2 * oh) * W;
-            const float *r1 = r0 + W;
-            for (int ow = 0; ow < OW; ow++) {
-                int i0 = 2 * oh * W + 2 * ow;
-                float best = r0[2 * ow];
-                int32_t at = i0;
-                if (beats(r0[2 * ow + 1], best)) { best = r0[2 * ow + 1]; at = i0 + 1; }
-                if (beats(r1[2 * ow], best)) { best = r1[2 * ow]; at = i0 + W; }
-                if (beats(r1[2 * ow + 1], best)) { best = r1[2 * ow + 1]; at = i0 + W + 1; }
-                o[oh * OW + ow] = best;
-                a[oh * OW + ow] = at;
-            }
+            const size_t j = p * OH * OW + (size_t)oh * OW;
+            pool_row(out + j, argmax + j, r0, r0 + W, 2 * oh * W, W, OW);
         }
     }
 }

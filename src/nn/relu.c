@@ -40,3 +40,17 @@ DT_HOT void dt_relu_backward(float *restrict dinp, const float *restrict dout,
     }
     for (; i < n; i++) dinp[i] += out[i] > 0.0f ? dout[i] : 0.0f;
 }
+
+DT_HOT void dt_relu_mask(float *restrict dst, const float *restrict dout, const float *restrict out,
+                         size_t n) {
+    size_t i = 0;
+    for (; i + VL <= n; i += VL) {
+        vf o, g;
+        const vf zero = {0};
+        memcpy(&o, out + i, sizeof o);
+        memcpy(&g, dout + i, sizeof g);
+        g = (vf)((vi)g & (o > zero));
+        memcpy(dst + i, &g, sizeof g);
+    }
+    for (; i < n; i++) dst[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+}

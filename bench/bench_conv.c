@@ -1,0 +1,94 @@
+/* The two convolution algorithms (src/nn/conv2d_impl.h) side by side: direct
+ * kernel against im2col + GEMM, forward and backward (input and weight
+ * gradients), on the W3 CNN's layers and on ResNet-like 3x3 and 1x1 layers,
+ * one thread, batch 64. Rounds interleave the two algorithms shape by shape so
+ * both see the same background load; each prints its best round in GFLOP/s
+ * and the ratio.
+ *
+ *   bench_conv [--rounds N]        (default 5)
+ */
+#include "dtrain/core.h"
+#include "dtrain/nn.h"
+#include "nn/conv2d_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+typedef struct {
+    const char *name;
+    dt_conv2d_dims d;
+} shape;
+
+static float *rnd(size_t n) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    return x;
+}
+
+/* Seconds for one forward + one backward (dinp too unless first layer). */
+static double run(int direct, const dt_conv2d_dims *d, float *s, float *y, float *x, float *w,
+                  float *b, float *dx, float *dw, float *db, double *tf) {
+    double t0 = now();
+    if (direct)
+        dt_conv2d_direct_forward(y, s, x, w, b, d);
+    else
+        dt_conv2d_im2col_forward(y, s, x, w, b, d);
+    double t1 = now();
+    if (direct)
+        dt_conv2d_direct_backward(d->IC > 1 ? dx : NULL, dw, db, s, y, x, w, d);
+    else
+        dt_conv2d_im2col_backward(d->IC > 1 ? dx : NULL, dw, db, s, y, x, w, d);
+    *tf = t1 - t0;
+    return now() - t0;
+}
+
+int main(int argc, char **argv) {
+    int rounds = 5;
+    if (argc == 3 && !strcmp(argv[1], "--rounds")) rounds = atoi(argv[2]);
+    if (rounds < 1 || (argc != 1 && argc != 3)) {
+        fprintf(stderr, "usage: bench_conv [--rounds N]\n");
+        return 2;
+    }
+    static const shape shapes[] = {
+        {"W3 conv1 1->32 5x5 28x28", {64, 1, 28, 28, 32, 5, 5, 1, 2}},
+        {"W3 conv2 32->64 5x5 14x14", {64, 32, 14, 14, 64, 5, 5, 1, 2}},
+        {"3x3 64->64 14x14", {64, 64, 14, 14, 64, 3, 3, 1, 1}},
+        {"3x3 128->128 7x7", {64, 128, 7, 7, 128, 3, 3, 1, 1}},
+        {"1x1 64->256 14x14", {64, 64, 14, 14, 256, 1, 1, 1, 0}},
+    };
+    printf("%-28s %12s %12s %12s %12s %7s\n", "shape (batch 64)", "direct fwd", "im2col fwd",
+           "direct f+b", "im2col f+b", "ratio");
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        const dt_conv2d_dims *d = &shapes[i].d;
+        size_t P = (size_t)dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
+        size_t nx = (size_t)d->B * d->IC * d->H * d->W, nw = (size_t)d->OC * d->IC * d->KH * d->KW;
+        size_t ny = (size_t)d->B * d->OC * P;
+        size_t ns = dt_conv2d_direct_scratch_floats(d), ni = dt_conv2d_im2col_scratch_floats(d);
+        float *s = rnd(ns > ni ? ns : ni), *y = rnd(ny), *x = rnd(nx), *w = rnd(nw), *b = rnd(d->OC);
+        float *dx = rnd(nx), *dw = rnd(nw), *db = rnd(d->OC);
+        double best[2] = {1e30, 1e30}, bestf[2] = {1e30, 1e30};
+        double flop = 2.0 * nw * P * d->B; /* one product */
+        double flops_fb = flop * (d->IC > 1 ? 3 : 2);
+        for (int r = 0; r < rounds; r++)
+            for (int a = 0; a < 2; a++) {
+                double tf, t = run(a == 0, d, s, y, x, w, b, dx, dw, db, &tf);
+                if (t < best[a]) best[a] = t;
+                if (tf < bestf[a]) bestf[a] = tf;
+            }
+        printf("%-28s %7.1f GF/s %7.1f GF/s %7.1f GF/s %7.1f GF/s %6.2fx\n", shapes[i].name,
+               flop / bestf[0] / 1e9, flop / bestf[1] / 1e9, flops_fb / best[0] / 1e9,
+               flops_fb / best[1] / 1e9, best[1] / best[0]);
+        printf("RESULT bench_conv shape=\"%s\" direct_ms=%.2f im2col_ms=%.2f ratio=%.3f\n",
+               shapes[i].name, best[0] * 1e3, best[1] * 1e3, best[1] / best[0]);
+        free(s); free(y); free(x); free(w); free(b); free(dx); free(dw); free(db);
+    }
+    return 0;
+}
