@@ -1,4 +1,7 @@
-/* conv2d, NCHW, weights (OC, IC, KH, KW): im2col + one GEMM per chunk of samples.
+/* conv2d, NCHW, weights (OC, IC, KH, KW): im2col + one GEMM per chunk of samples,
+ * and the public entry points, which run the direct kernel (conv2d_direct.c)
+ * instead where dt_conv2d_direct_ok says it applies (stride 1, pad < kernel,
+ * not 1x1: W3's layers run 1.4-1.6x faster there, bench/bench_conv.c).
  *
  * With K = IC*KH*KW and P = OH*OW, im2col lays a chunk of nb samples out as
  * col (K, nb*P): row (c, kh, kw) matches the flattening of W, column (s, oh, ow).
