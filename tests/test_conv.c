@@ -127,9 +127,10 @@ int main(void) {
     test_cond("stride 2 goes to im2col", !dt_conv2d_direct_ok(&s2));
     test_cond("pad >= kernel goes to im2col", !dt_conv2d_direct_ok(&p3));
     test_cond("1x1 goes to im2col", !dt_conv2d_direct_ok(&k1));
-    test_cond("public scratch is the chosen algorithm's",
+    test_cond("public scratch: im2col's where direct does not apply, room for both where it does",
               dt_conv2d_scratch_floats(&s2) == dt_conv2d_im2col_scratch_floats(&s2) &&
                   dt_conv2d_scratch_floats(&k1) == dt_conv2d_im2col_scratch_floats(&k1) &&
-                  dt_conv2d_scratch_floats(&w3) == dt_conv2d_direct_scratch_floats(&w3));
+                  dt_conv2d_scratch_floats(&w3) >= dt_conv2d_direct_scratch_floats(&w3) &&
+                  dt_conv2d_scratch_floats(&w3) >= dt_conv2d_im2col_scratch_floats(&w3));
     return test_report();
 }
