@@ -3,6 +3,7 @@
  * an exposed reduction with and without a core to spare; stages cut by host
  * speed and a batch split by speed on unequal hosts; the codecs' bytes on the
  * wire; every refusal in one line; and the enumeration's variants. */
+#include "dtrain/parallel.h"
 #include "dtrain/plan.h"
 #include "plan/plan_internal.h"
 #include "plan_testhelp.h"
@@ -41,15 +42,41 @@ static void one_rank(void) {
 static double buckets_ar(const dt_plan_cluster *c, const dt_model_cfg *mc) {
     dt_model *m = NULL;
     if (dt_model_probe(mc, &m)) return -1;
-    double floats = 0, sum = 0;
-    for (int b = m->n_blocks - 1; b >= 0; b--) {
-        floats += (double)(m->blocks[b].param_hi - m->blocks[b].param_lo);
-        if (floats <= 0 || (4 * floats < (double)(4 << 20) && b > 0)) continue;
-        sum += plan_ar(c, 1, 2, 1, 4 * floats);
-        floats = 0;
+    double sum = 0;
+    for (int top = m->n_blocks - 1, low; top >= 0; top = low - 1) {
+        low = dt_dp_bucket_low(m, 0, top, (4 << 20) / sizeof(float));
+        double floats = (double)(m->blocks[top].param_hi - m->blocks[low].param_lo);
+        if (floats > 0) sum += plan_ar(c, 1, 2, 1, 4 * floats);
     }
     dt_model_destroy(m);
     return sum;
+}
+
+/* The bucket rule itself, on the mlp's blocks as the probe builds them (their
+ * sizes read from the model, not assumed): from the last block down, a bucket
+ * closes at the block where it first holds min_floats parameters. */
+static void bucket_rule(void) {
+    dt_model_cfg mc = mlp();
+    dt_model *m = NULL;
+    test_cond("buckets: probe", dt_model_probe(&mc, &m) == DT_OK);
+    int last = m->n_blocks - 1;
+    test_cond("buckets: a bucket of one block is that block", dt_dp_bucket_low(m, last, last, 1) == last);
+    test_cond("buckets: everything fits one bucket when the minimum is the whole model",
+              dt_dp_bucket_low(m, 0, last, m->n) == 0);
+    for (size_t min = 1; min <= m->n; min = min * 4 + 1) {
+        int ok = 1, nb = 0;
+        for (int top = last, low; top >= 0; top = low - 1, nb++) {
+            low = dt_dp_bucket_low(m, 0, top, min);
+            size_t held = m->blocks[top].param_hi - m->blocks[low].param_lo;
+            size_t before = low < top ? m->blocks[top].param_hi - m->blocks[low + 1].param_lo : 0;
+            /* full at low and not before it; only the lowest bucket may be short */
+            if (low < 0 || low > top || (low > 0 && held < min) || (low < top && before >= min)) ok = 0;
+        }
+        char nm[96];
+        snprintf(nm, sizeof nm, "buckets of at least %zu floats: %d, each closed at its first full block", min, nb);
+        test_cond(nm, ok);
+    }
+    dt_model_destroy(m);
 }
 
 static void spare_core(void) {
@@ -167,6 +194,7 @@ static void enumeration(void) {
 
 int main(void) {
     one_rank();
+    bucket_rule();
     spare_core();
     unequal_hosts();
     codecs();

@@ -116,6 +116,12 @@ typedef struct dt_dp_part_ctx {
 } dt_dp_part_ctx;
 void dt_dp_part(dt_dp_part_ctx *ctx, dt_ckpt_part *part);
 int dt_dp_n_buckets(const dt_dp *dp);
+/* The bucket whose highest block is top, among blocks [first, top]: returns its
+ * lowest block, the first one walking down from top at which the bucket holds
+ * at least min_floats parameters, or first. The next bucket starts below it.
+ * Data parallelism builds its buckets so (with min_floats = bucket_bytes / 4)
+ * and the planner prices the same ones. */
+int dt_dp_bucket_low(const dt_model *m, int first, int top, size_t min_floats);
 /* The compression session (error-feedback residual, PowerSGD's Q), or NULL. */
 dt_gc *dt_dp_gc(dt_dp *dp);
 

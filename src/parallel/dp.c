@@ -214,41 +214,22 @@ static dt_status build_buckets(dt_dp *dp) {
     dp->b = dt_calloc((size_t)m->n_blocks, sizeof(bucket));
     dp->block_bucket = dt_calloc((size_t)m->n_blocks, sizeof(int));
     if (!dp->b || !dp->block_bucket) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    int k = -1;
-    size_t cur = 0;
     int first = dp->cfg.first_block < 0 ? 0 : dp->cfg.first_block;
     int last = dp->cfg.last_block < 0 ? m->n_blocks - 1 : dp->cfg.last_block;
     for (int i = 0; i < m->n_blocks; i++) dp->block_bucket[i] = -1;
-    for (int i = last; i >= first; i--) {
-        const dt_block *blk = &m->blocks[i];
-        if (k < 0 || cur >= min_floats) {
-            k++;
-            dp->b[k].hi = blk->param_hi;
-            dp->b[k].lo = blk->param_lo;
-            cur = 0;
-        }
-        /* Blocks own adjacent ranges in forward order, so walking backwards extends lo. */
-        dp->b[k].lo = blk->param_lo;
-        dp->b[k].first_block = i;
-        dp->block_bucket[i] = k;
-        cur += blk->param_hi - blk->param_lo;
+    /* Blocks own adjacent arena ranges in forward order: a bucket of blocks
+     * [low, top] is the range [low's lo, top's hi). The lowest may hold no
+     * parameters (parameter-free blocks below the last full bucket). */
+    dp->nb = 0;
+    for (int top = last, low; top >= first; top = low - 1) {
+        low = dt_dp_bucket_low(m, first, top, min_floats);
+        bucket *b = &dp->b[dp->nb];
+        b->hi = m->blocks[top].param_hi;
+        b->lo = m->blocks[low].param_lo;
+        b->first_block = low;
+        for (int i = low; i <= top; i++) dp->block_bucket[i] = dp->nb;
+        dp->nb++;
     }
-    dp->nb = k + 1;
-    /* Drop empty buckets (parameter-free blocks at the end, e.g. the loss). */
-    int w = 0;
-    for (int i = 0; i < dp->nb; i++) {
-        if (dp->b[i].hi > dp->b[i].lo || i == dp->nb - 1) {
-            dp->b[w] = dp->b[i];
-            for (int j = 0; j < m->n_blocks; j++)
-                if (dp->block_bucket[j] == i) dp->block_bucket[j] = w;
-            w++;
-        } else {
-            /* Its blocks join the next bucket (lower blocks), which is ready later. */
-            for (int j = 0; j < m->n_blocks; j++)
-                if (dp->block_bucket[j] == i) dp->block_bucket[j] = w;
-        }
-    }
-    dp->nb = w;
     size_t soff = 0;
     for (int i = 0; i < dp->nb; i++) {
         bucket *b = &dp->b[i];

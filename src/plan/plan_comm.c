@@ -93,15 +93,15 @@ double plan_dp_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const 
     dt_dp_cfg_default(&dc);
     const dt_model *m = w->model;
     bool spare = !plan_oversubscribed(c);
-    double floats = 0, done = 0, comm_end = 0, all = 0;
-    for (int b = w->last; b >= w->first; b--) {
-        floats += (double)(m->blocks[b].param_hi - m->blocks[b].param_lo);
-        done += (double)m->blocks[b].flops;
-        if (floats <= 0 || (4 * floats < (double)dc.bucket_bytes && b > w->first)) continue;
+    double done = 0, comm_end = 0, all = 0;
+    for (int top = w->last, low; top >= w->first; top = low - 1) {
+        low = dt_dp_bucket_low(m, w->first, top, dc.bucket_bytes / sizeof(float));
+        double floats = (double)(m->blocks[top].param_hi - m->blocks[low].param_lo);
+        for (int b = low; b <= top; b++) done += (double)m->blocks[b].flops;
+        if (floats <= 0) continue;
         double ready = spare && w->flops > 0 ? last_bwd * done / w->flops : 0, one = bucket(c, l, hosts, per, share, floats);
         comm_end = (comm_end > ready ? comm_end : ready) + one;
         all += one;
-        floats = 0;
     }
     if (!spare) return all;
     return comm_end > last_bwd ? comm_end - last_bwd : 0;
