@@ -1386,6 +1386,7 @@ int main(void) {
     test_attention(2, 5, 12, 3);
     test_attention(1, 1, 6, 2);
     test_attention(1, 7, 6, 1);
+    test_attention(1, 37, 4, 2); /* rows of 16 and 32 scores: the softmax's whole vector blocks */
     test_crossentropy(1, 1, 1.0f);
     test_crossentropy(5, 11, 3.0f);
     test_crossentropy(3, 7, 1000.0f); /* stability: huge logits stay finite */
