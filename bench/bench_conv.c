@@ -38,12 +38,12 @@ static double run(int direct, const dt_conv2d_dims *d, float *s, float *y, float
                   float *b, float *dx, float *dw, float *db, double *tf) {
     double t0 = now();
     if (direct)
-        dt_conv2d_direct_forward(y, s, x, w, b, d);
+        dt_conv2d_direct_forward(y, s, x, w, b, d, 1);
     else
         dt_conv2d_im2col_forward(y, s, x, w, b, d);
     double t1 = now();
     if (direct)
-        dt_conv2d_direct_backward(d->IC > 1 ? dx : NULL, dw, db, s, y, x, w, d);
+        dt_conv2d_direct_backward(d->IC > 1 ? dx : NULL, dw, db, s, y, x, w, d, 1);
     else
         dt_conv2d_im2col_backward(d->IC > 1 ? dx : NULL, dw, db, s, y, x, w, d);
     *tf = t1 - t0;
@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
         size_t P = (size_t)dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
         size_t nx = (size_t)d->B * d->IC * d->H * d->W, nw = (size_t)d->OC * d->IC * d->KH * d->KW;
         size_t ny = (size_t)d->B * d->OC * P;
-        size_t ns = dt_conv2d_direct_scratch_floats(d), ni = dt_conv2d_im2col_scratch_floats(d);
+        size_t ns = dt_conv2d_direct_scratch_floats(d, 1), ni = dt_conv2d_im2col_scratch_floats(d);
         float *s = rnd(ns > ni ? ns : ni), *y = rnd(ny), *x = rnd(nx), *w = rnd(nw), *b = rnd(d->OC);
         float *dx = rnd(nx), *dw = rnd(nw), *db = rnd(d->OC);
         double best[2] = {1e30, 1e30}, bestf[2] = {1e30, 1e30};

@@ -1,8 +1,8 @@
 /* conv2d, NCHW, weights (OC, IC, KH, KW): im2col + one GEMM per chunk of samples,
  * and the public entry points, which run the direct kernel (conv2d_direct.c)
  * instead where dt_conv2d_direct_ok says it applies (stride 1, pad < kernel,
- * not 1x1: W3's layers run 1.4-1.6x faster there, bench/bench_conv.c) and the
- * BLAS has one thread (the direct kernel has one).
+ * not 1x1: W3's layers run 1.4-1.6x faster there, bench/bench_conv.c), on as
+ * many threads as the BLAS has.
  *
  * With K = IC*KH*KW and P = OH*OW, im2col lays a chunk of nb samples out as
  * col (K, nb*P): row (c, kh, kw) matches the flattening of W, column (s, oh, ow).
@@ -32,6 +32,7 @@
 
 #include <cblas.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef DT_CONV_COLS
 #define DT_CONV_COLS 128
@@ -252,32 +253,35 @@ void dt_conv2d_im2col_backward(float *dinp, float *dw, float *db, float *scratch
     }
 }
 
-/* The direct kernel runs on the calling thread; with several BLAS threads the
- * GEMMs of im2col use them all, so the direct kernel is taken only where the
- * BLAS has one thread (every rank of a multi-rank run, and `--threads 1`). */
-static bool use_direct(const dt_conv2d_dims *d) {
-    return dt_conv2d_direct_ok(d) && openblas_get_num_threads() == 1;
+/* The direct kernel's threads: as many as the BLAS has (--threads, one per rank
+ * under -n), at most the CPUs online; scratch is sized for that most. */
+static int max_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > DT_CONV_MAX_THREADS ? DT_CONV_MAX_THREADS : (int)n;
+}
+
+static int threads(void) {
+    int t = openblas_get_num_threads(), m = max_threads();
+    return t < 1 ? 1 : t > m ? m : t;
 }
 
 size_t dt_conv2d_scratch_floats(const dt_conv2d_dims *d) {
-    size_t i = dt_conv2d_im2col_scratch_floats(d);
-    if (!dt_conv2d_direct_ok(d)) return i;
-    size_t k = dt_conv2d_direct_scratch_floats(d);
-    return k > i ? k : i; /* the thread count may change after setup */
+    return dt_conv2d_direct_ok(d) ? dt_conv2d_direct_scratch_floats(d, max_threads())
+                                  : dt_conv2d_im2col_scratch_floats(d);
 }
 
 void dt_conv2d_forward(float *out, float *scratch, const float *inp, const float *w,
                        const float *b, const dt_conv2d_dims *d) {
-    if (use_direct(d))
-        dt_conv2d_direct_forward(out, scratch, inp, w, b, d);
+    if (dt_conv2d_direct_ok(d))
+        dt_conv2d_direct_forward(out, scratch, inp, w, b, d, threads());
     else
         dt_conv2d_im2col_forward(out, scratch, inp, w, b, d);
 }
 
 void dt_conv2d_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout,
                         const float *inp, const float *w, const dt_conv2d_dims *d) {
-    if (use_direct(d))
-        dt_conv2d_direct_backward(dinp, dw, db, scratch, dout, inp, w, d);
+    if (dt_conv2d_direct_ok(d))
+        dt_conv2d_direct_backward(dinp, dw, db, scratch, dout, inp, w, d, threads());
     else
         dt_conv2d_im2col_backward(dinp, dw, db, scratch, dout, inp, w, d);
 }

@@ -21,6 +21,10 @@
  * repeated last row and discarded. Summation order differs from im2col + GEMM
  * (float rounding only).
  *
+ * Threads: the samples are shared out for the forward and the input gradient,
+ * the positions k for the weight gradient (each thread then pads and transposes
+ * every sample for itself: O(data) per thread against O(data x K) of tiles).
+ *
  * Used for stride 1 with pad < kernel and a kernel larger than 1x1 (conv2d.c
  * decides): strided convolutions keep im2col, whose col2im handles the input
  * gradient's scatter, and a 1x1 convolution is a plain GEMM, where OpenBLAS's
@@ -29,6 +33,7 @@
 
 #include "core/cpu.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -104,18 +109,60 @@ bool dt_conv2d_direct_ok(const dt_conv2d_dims *d) {
     return d->stride == 1 && d->pad < d->KH && d->pad < d->KW && d->KH * d->KW > 1;
 }
 
-/* Scratch, in floats (an int32 offset takes one float's room):
- *   forward:  packed weights OCB*16*K, padded input IC*Hp*Wp, offsets K;
- *   backward: weight-gradient tiles OCB*16*K, padded input, dY^T P*OCp,
- *             flipped weights ICB*16*R, padded dY OC*Hq*Wq, offsets P + R,
- *   with R = OC*KH*KW. */
-size_t dt_conv2d_direct_scratch_floats(const dt_conv2d_dims *d) {
-    geom g = geometry(d);
-    size_t xp = (size_t)d->IC * g.Hp * g.Wp, wpk = g.OCB * TC * g.K;
+/* Scratch, in floats (an int32 offset takes one float's room): what the
+ * threads share, then each thread's own planes.
+ *   shared, forward:  packed weights OCB*16*K, offsets K;
+ *   shared, backward: weight-gradient tiles OCB*16*K, flipped weights
+ *                     ICB*16*R, offsets P + R, with R = OC*KH*KW;
+ *   per thread:       padded input IC*Hp*Wp, dY^T P*OCp, padded dY OC*Hq*Wq. */
+static size_t shared_floats(const dt_conv2d_dims *d, const geom *g) {
     size_t R = (size_t)d->OC * d->KH * d->KW;
-    size_t fwd = wpk + xp + g.K;
-    size_t bwd = wpk + xp + g.P * g.OCp + g.ICB * TC * R + (size_t)d->OC * g.Hq * g.Wq + g.P + R;
-    return fwd > bwd ? fwd : bwd;
+    return g->OCB * TC * g->K + g->ICB * TC * R + g->K + g->P + R;
+}
+
+static size_t thread_floats(const dt_conv2d_dims *d, const geom *g) {
+    return (size_t)d->IC * g->Hp * g->Wp + g->P * g->OCp + (size_t)d->OC * g->Hq * g->Wq;
+}
+
+size_t dt_conv2d_direct_scratch_floats(const dt_conv2d_dims *d, int threads) {
+    geom g = geometry(d);
+    return shared_floats(d, &g) + (size_t)(threads < 1 ? 1 : threads) * thread_floats(d, &g);
+}
+
+/* Runs fn(ctx, j) for j in [0, T): j = 0 on the caller, the others on threads
+ * started for the call (tens of microseconds against milliseconds of
+ * convolution). A thread that cannot start has its part run by the caller. */
+typedef struct {
+    void (*fn)(void *, int);
+    void *ctx;
+    int j;
+} part;
+
+static void *part_entry(void *p) {
+    part *q = p;
+    q->fn(q->ctx, q->j);
+    return NULL;
+}
+
+static void run_parts(void (*fn)(void *, int), void *ctx, int T) {
+    pthread_t th[DT_CONV_MAX_THREADS];
+    part parts[DT_CONV_MAX_THREADS];
+    bool started[DT_CONV_MAX_THREADS] = {false};
+    for (int j = 1; j < T; j++) {
+        parts[j] = (part){fn, ctx, j};
+        started[j] = pthread_create(&th[j], NULL, part_entry, &parts[j]) == 0;
+    }
+    fn(ctx, 0);
+    for (int j = 1; j < T; j++) {
+        if (started[j]) pthread_join(th[j], NULL);
+        else fn(ctx, j);
+    }
+}
+
+/* [lo, hi) of n items for part j of T. */
+static void share(size_t n, int j, int T, size_t *lo, size_t *hi) {
+    *lo = n * (size_t)j / (size_t)T;
+    *hi = n * (size_t)(j + 1) / (size_t)T;
 }
 
 /* C planes of h x w from src into dst, zero-bordered by (ph, pw): (C, h+2ph, w+2pw). */
@@ -187,29 +234,57 @@ static void conv_planes(float *out, int C, size_t n, int cols, const float *base
     }
 }
 
-void dt_conv2d_direct_forward(float *out, float *scratch, const float *inp, const float *w,
-                              const float *b, const dt_conv2d_dims *d) {
-    const geom g = geometry(d);
-    float *wpk = scratch, *xp = wpk + g.OCB * TC * g.K;
-    int32_t *off = (int32_t *)(xp + (size_t)d->IC * g.Hp * g.Wp);
-    const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)d->OC * g.P;
-    pack_weights(wpk, w, d, &g);
-    offsets(off, d->IC, d->KH, d->KW, (ptrdiff_t)g.Hp * g.Wp, g.Wp);
-    for (int n = 0; n < d->B; n++) {
-        pad_planes(xp, inp + n * in_sz, d->IC, d->H, d->W, d->pad, d->pad);
-        conv_planes(out + n * out_sz, d->OC, g.P, g.OW, xp, g.Wp, off, g.K, wpk, b, false);
+/* What every part of a call reads, and where each part's own planes are. */
+typedef struct {
+    const dt_conv2d_dims *d;
+    geom g;
+    float *out, *dinp, *db, *wacc, *mine;
+    const float *inp, *dout, *b, *wpk, *wf;
+    const int32_t *off, *offp, *offx;
+    int T;
+} job;
+
+static float *own_planes(const job *J, int j) { return J->mine + (size_t)j * thread_floats(J->d, &J->g); }
+
+/* Forward, part j: its share of the samples. */
+static void forward_part(void *p, int j) {
+    const job *J = p;
+    const dt_conv2d_dims *d = J->d;
+    const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)d->OC * J->g.P;
+    float *xp = own_planes(J, j);
+    size_t lo, hi;
+    share((size_t)d->B, j, J->T, &lo, &hi);
+    for (size_t n = lo; n < hi; n++) {
+        pad_planes(xp, J->inp + n * in_sz, d->IC, d->H, d->W, d->pad, d->pad);
+        conv_planes(J->out + n * out_sz, d->OC, J->g.P, J->g.OW, xp, J->g.Wp, J->off, J->g.K, J->wpk,
+                    J->b, false);
     }
 }
 
-/* wacc (OCB, K, 16) += this sample's weight gradient: rows are positions k,
- * summed over the output pixels (offsets offp) with dY^T (P, OCp) as b. */
+void dt_conv2d_direct_forward(float *out, float *scratch, const float *inp, const float *w,
+                              const float *b, const dt_conv2d_dims *d, int threads) {
+    job J = {.d = d, .g = geometry(d), .out = out, .inp = inp, .b = b};
+    float *wpk = scratch;
+    int32_t *off = (int32_t *)(wpk + J.g.OCB * TC * J.g.K);
+    J.mine = scratch + shared_floats(d, &J.g);
+    pack_weights(wpk, w, d, &J.g);
+    offsets(off, d->IC, d->KH, d->KW, (ptrdiff_t)J.g.Hp * J.g.Wp, J.g.Wp);
+    J.wpk = wpk;
+    J.off = off;
+    J.T = threads < 1 ? 1 : threads > d->B ? d->B : threads;
+    run_parts(forward_part, &J, J.T);
+}
+
+/* wacc (OCB, K, 16) += this sample's weight gradient at the positions k of
+ * tiles [t0, t1) (TR positions a tile): rows are positions, summed over the
+ * output pixels (offsets offp) with dY^T (P, OCp) as b. */
 static void weight_grad(float *wacc, const float *xp, const float *gT, const int32_t *offp,
-                        const dt_conv2d_dims *d, const geom *g) {
+                        const dt_conv2d_dims *d, const geom *g, size_t t0, size_t t1) {
     const size_t KK = (size_t)d->KH * d->KW;
     float acc[TR * TC];
     for (size_t cb = 0; cb < g->OCB; cb++) {
         float *wb = wacc + cb * g->K * TC;
-        for (size_t k0 = 0; k0 < g->K; k0 += TR) {
+        for (size_t k0 = t0 * TR; k0 < g->K && k0 < t1 * TR; k0 += TR) {
             const int used = g->K - k0 < TR ? (int)(g->K - k0) : TR;
             const float *a[TR];
             for (int i = 0; i < TR; i++) {
@@ -224,44 +299,68 @@ static void weight_grad(float *wacc, const float *xp, const float *gT, const int
     }
 }
 
-void dt_conv2d_direct_backward(float *dinp, float *dw, float *db, float *scratch,
-                               const float *dout, const float *inp, const float *w,
-                               const dt_conv2d_dims *d) {
-    const geom g = geometry(d);
-    const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)d->OC * g.P;
-    const size_t R = (size_t)d->OC * d->KH * d->KW;
-    float *wacc = scratch, *xp = wacc + g.OCB * TC * g.K;
-    float *gT = xp + (size_t)d->IC * g.Hp * g.Wp, *wf = gT + g.P * g.OCp;
-    float *gp = wf + g.ICB * TC * R;
-    int32_t *offp = (int32_t *)(gp + (size_t)d->OC * g.Hq * g.Wq), *offx = offp + g.P;
-    memset(wacc, 0, g.OCB * TC * g.K * sizeof(float));
-    memset(gT, 0, g.P * g.OCp * sizeof(float));
-    offsets(offp, 1, g.OH, g.OW, 0, g.Wp);
-    if (dinp) {
-        pack_flipped(wf, w, d, &g);
-        offsets(offx, d->OC, d->KH, d->KW, (ptrdiff_t)g.Hq * g.Wq, g.Wq);
-    }
-    for (int n = 0; n < d->B; n++) {
+/* Backward, part j: the weight gradient at its share of the positions k over
+ * every sample (each part pads and transposes every sample for itself), db in
+ * part 0, then the input gradient of its share of the samples. Every sum runs
+ * in the same order whatever the number of parts: results do not depend on it. */
+static void backward_part(void *p, int j) {
+    const job *J = p;
+    const dt_conv2d_dims *d = J->d;
+    const geom *g = &J->g;
+    const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)d->OC * g->P;
+    float *xp = own_planes(J, j), *gT = xp + (size_t)d->IC * g->Hp * g->Wp, *gp = gT + g->P * g->OCp;
+    size_t lo, hi;
+    share((g->K + TR - 1) / TR, j, J->T, &lo, &hi);
+    memset(gT, 0, g->P * g->OCp * sizeof(float));
+    for (int n = 0; n < d->B && (lo < hi || (j == 0 && J->db)); n++) {
         /* dY^T row by row of dY: dY is read once, in order (it comes from
          * memory; blocking the transpose to write in order read 16-64
          * streams at once and was 1.6x slower), into gT, which stays in L2. */
-        const float *gy = dout + n * out_sz;
+        const float *gy = J->dout + n * out_sz;
         for (int oc = 0; oc < d->OC; oc++) {
-            const float *r = gy + oc * g.P;
+            const float *r = gy + oc * g->P;
             float s = 0.0f;
-            for (size_t p = 0; p < g.P; p++) {
-                gT[p * g.OCp + oc] = r[p];
-                s += r[p];
+            for (size_t q = 0; q < g->P; q++) {
+                gT[q * g->OCp + oc] = r[q];
+                s += r[q];
             }
-            if (db) db[oc] += s;
+            if (j == 0 && J->db) J->db[oc] += s;
         }
-        pad_planes(xp, inp + n * in_sz, d->IC, d->H, d->W, d->pad, d->pad);
-        weight_grad(wacc, xp, gT, offp, d, &g);
-        if (!dinp) continue;
-        pad_planes(gp, gy, d->OC, g.OH, g.OW, d->KH - 1 - d->pad, d->KW - 1 - d->pad);
-        conv_planes(dinp + n * in_sz, d->IC, (size_t)d->H * d->W, d->W, gp, g.Wq, offx, R, wf, NULL,
-                    true);
+        if (lo == hi) continue;
+        pad_planes(xp, J->inp + n * in_sz, d->IC, d->H, d->W, d->pad, d->pad);
+        weight_grad(J->wacc, xp, gT, J->offp, d, g, lo, hi);
     }
+    if (!J->dinp) return;
+    const size_t R = (size_t)d->OC * d->KH * d->KW;
+    share((size_t)d->B, j, J->T, &lo, &hi);
+    for (size_t n = lo; n < hi; n++) {
+        pad_planes(gp, J->dout + n * out_sz, d->OC, g->OH, g->OW, d->KH - 1 - d->pad, d->KW - 1 - d->pad);
+        conv_planes(J->dinp + n * in_sz, d->IC, (size_t)d->H * d->W, d->W, gp, g->Wq, J->offx, R, J->wf,
+                    NULL, true);
+    }
+}
+
+void dt_conv2d_direct_backward(float *dinp, float *dw, float *db, float *scratch,
+                               const float *dout, const float *inp, const float *w,
+                               const dt_conv2d_dims *d, int threads) {
+    job J = {.d = d, .g = geometry(d), .dinp = dinp, .db = db, .inp = inp, .dout = dout};
+    const geom *g = &J.g;
+    const size_t R = (size_t)d->OC * d->KH * d->KW;
+    float *wacc = scratch, *wf = wacc + g->OCB * TC * g->K;
+    int32_t *offp = (int32_t *)(wf + g->ICB * TC * R), *offx = offp + g->P;
+    J.mine = scratch + shared_floats(d, g);
+    memset(wacc, 0, g->OCB * TC * g->K * sizeof(float));
+    offsets(offp, 1, g->OH, g->OW, 0, g->Wp);
+    if (dinp) {
+        pack_flipped(wf, w, d, g);
+        offsets(offx, d->OC, d->KH, d->KW, (ptrdiff_t)g->Hq * g->Wq, g->Wq);
+    }
+    J.wacc = wacc;
+    J.wf = wf;
+    J.offp = offp;
+    J.offx = offx;
+    J.T = threads < 1 ? 1 : threads;
+    run_parts(backward_part, &J, J.T);
     for (int oc = 0; oc < d->OC; oc++)
-        for (size_t k = 0; k < g.K; k++) dw[oc * g.K + k] += wacc[((oc / TC) * g.K + k) * TC + oc % TC];
+        for (size_t k = 0; k < g->K; k++) dw[oc * g->K + k] += wacc[((oc / TC) * g->K + k) * TC + oc % TC];
 }

@@ -13,12 +13,17 @@
 
 /* Stride 1, pad smaller than the kernel in both directions, kernel not 1x1. */
 bool dt_conv2d_direct_ok(const dt_conv2d_dims *d);
-size_t dt_conv2d_direct_scratch_floats(const dt_conv2d_dims *d);
+/* The direct kernel runs on up to `threads` threads (the caller's and
+ * threads-1 started per call), each with its own planes in the scratch:
+ * dt_conv2d_direct_scratch_floats(d, T) has room for T of them. Results are
+ * the same for every thread count. */
+#define DT_CONV_MAX_THREADS 64
+size_t dt_conv2d_direct_scratch_floats(const dt_conv2d_dims *d, int threads);
 void dt_conv2d_direct_forward(float *out, float *scratch, const float *inp, const float *w,
-                              const float *b, const dt_conv2d_dims *d);
+                              const float *b, const dt_conv2d_dims *d, int threads);
 void dt_conv2d_direct_backward(float *dinp, float *dw, float *db, float *scratch,
                                const float *dout, const float *inp, const float *w,
-                               const dt_conv2d_dims *d);
+                               const dt_conv2d_dims *d, int threads);
 
 size_t dt_conv2d_im2col_scratch_floats(const dt_conv2d_dims *d);
 void dt_conv2d_im2col_forward(float *out, float *scratch, const float *inp, const float *w,
