@@ -18,6 +18,7 @@ static inline int beats(float v, float best) { return !isnan(best) && (v > best 
  * window order with masks and selects. On real activations a window's winner
  * is a coin toss, and the scalar form's branches mispredicted about half the
  * time (maxpool forward was 5.7% of a W3 step). */
+#define POOL_LIST(...) __VA_ARGS__
 #define DEFINE_POOL(NAME, N, VF, VI, EVEN, ODD)                                                  \
     typedef float VF __attribute__((vector_size(4 * N)));                                       \
     typedef int32_t VI __attribute__((vector_size(4 * N)));                                     \
@@ -28,9 +29,11 @@ static inline int beats(float v, float best) { return !isnan(best) && (v > best 
         memcpy(&x1, r0 + N, sizeof x1);                                                         \
         memcpy(&y0, r1, sizeof y0);                                                             \
         memcpy(&y1, r1 + N, sizeof y1);                                                         \
-        const VI ev = EVEN, od = ODD;                                                           \
-        const VF c[4] = {__builtin_shuffle(x0, x1, ev), __builtin_shuffle(x0, x1, od),          \
-                         __builtin_shuffle(y0, y1, ev), __builtin_shuffle(y0, y1, od)};         \
+        const VI ev = {POOL_LIST EVEN};                                                         \
+        const VF c[4] = {__builtin_shufflevector(x0, x1, POOL_LIST EVEN),                       \
+                         __builtin_shufflevector(x0, x1, POOL_LIST ODD),                        \
+                         __builtin_shufflevector(y0, y1, POOL_LIST EVEN),                       \
+                         __builtin_shufflevector(y0, y1, POOL_LIST ODD)};                       \
         const VI base = i0 + ev, step[4] = {base, base + 1, base + W, base + W + 1};            \
         VF best = c[0];                                                                         \
         VI at = base;                                                                           \
@@ -42,8 +45,8 @@ static inline int beats(float v, float best) { return !isnan(best) && (v > best 
         memcpy(o, &best, sizeof best);                                                          \
         memcpy(a, &at, sizeof at);                                                              \
     }
-DEFINE_POOL(pool8, 8, v8f, v8i, ((v8i){0, 2, 4, 6, 8, 10, 12, 14}), ((v8i){1, 3, 5, 7, 9, 11, 13, 15}))
-DEFINE_POOL(pool4, 4, v4f, v4i, ((v4i){0, 2, 4, 6}), ((v4i){1, 3, 5, 7}))
+DEFINE_POOL(pool8, 8, v8f, v8i, (0, 2, 4, 6, 8, 10, 12, 14), (1, 3, 5, 7, 9, 11, 13, 15))
+DEFINE_POOL(pool4, 4, v4f, v4i, (0, 2, 4, 6), (1, 3, 5, 7))
 
 /* One output row: blocks of 8 (4 when the row is shorter), the last block
  * moved back to end at the row's end (it recomputes a few outputs with the same

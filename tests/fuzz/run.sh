@@ -25,7 +25,7 @@ trap cleanup EXIT
 
 flags=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -fno-omit-frame-pointer -g -O1 -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
-       -I"$root/include" -I"$root/src" -Wno-unused-command-line-argument)
+       -I"$root/include" -I"$root/src" -Wno-unused-command-line-argument -Wno-psabi)
 core=("$root"/src/core/*.c)
 
 build() { # name sources...
