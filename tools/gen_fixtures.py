@@ -4,6 +4,7 @@ Run with Debian's interpreter (it has python3-torch and python3-numpy):
     /usr/bin/python3 tools/gen_fixtures.py                # every fixture
     /usr/bin/python3 tools/gen_fixtures.py --new-layers   # only gen_new_layers()'s
     /usr/bin/python3 tools/gen_fixtures.py --conv-shapes  # only gen_conv_shapes()'s
+    /usr/bin/python3 tools/gen_fixtures.py --bf16         # only gen_bf16()'s
 
 Every fixture is a safetensors file under tests/fixtures/ (prefix ref_). Inputs
 and parameters are drawn in float32 (that is what the C side runs on); the
@@ -474,6 +475,36 @@ def gen_conv_shapes():
     gen_conv2d("conv2d_w3_layer2", B=1, IC=32, H=14, W=14, OC=64, K=5, stride=1, pad=2)
 
 
+# bf16 autocast (issue 17): PyTorch's CPU autocast runs linear and conv2d on
+# bf16 operands with fp32 accumulation and returns bf16; the gradients come back
+# through the casts as bf16 values in fp32 tensors. --precision bf16 multiplies
+# the same rounded operands and keeps its sums in fp32, so the tests compare
+# within bf16's resolution. Their own seed; `--bf16` regenerates them.
+BF16_SEED = 9012
+
+
+def gen_bf16_pair(name, fn, x, w, b, meta):
+    X, Wt, Bb = (t.clone().requires_grad_(True) for t in (x, w, b))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = fn(X, Wt, Bb)
+    assert y.dtype == torch.bfloat16
+    dout = rand32(*y.shape)
+    (y.float() * dout).sum().backward()
+    save(name, {"inp": x, "w": w, "b": b, "out": f32(y), "dout": dout, "dinp": f32(X.grad),
+                "dw": f32(Wt.grad), "db": f32(Bb.grad)}, meta)
+
+
+def gen_bf16():
+    torch.manual_seed(BF16_SEED)
+    N, IC, OC = 9, 37, 19
+    gen_bf16_pair("linear_bf16", F.linear, rand32(N, IC), rand32(OC, IC, scale=0.3), rand32(OC, scale=0.3),
+                  {"N": N, "IC": IC, "OC": OC})
+    B, C, H, W, O, K, pad = 2, 5, 7, 6, 7, 3, 1
+    gen_bf16_pair("conv2d_bf16", lambda x, w, b: F.conv2d(x, w, b, padding=pad), rand32(B, C, H, W),
+                  rand32(O, C, K, K, scale=1.0 / math.sqrt(C * K * K)), rand32(O, scale=0.2),
+                  {"B": B, "IC": C, "H": H, "W": W, "OC": O, "K": K, "stride": 1, "pad": pad})
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     if sys.argv[1:] == ["--new-layers"]:
@@ -481,6 +512,9 @@ def main():
         return
     if sys.argv[1:] == ["--conv-shapes"]:
         gen_conv_shapes()
+        return
+    if sys.argv[1:] == ["--bf16"]:
+        gen_bf16()
         return
     gen_linear(True)
     gen_linear(False)
@@ -498,6 +532,7 @@ def main():
     gen_gpt()
     gen_new_layers()
     gen_conv_shapes()
+    gen_bf16()
 
 
 if __name__ == "__main__":

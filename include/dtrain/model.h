@@ -27,6 +27,12 @@ extern "C" {
 typedef enum { DT_MODEL_MLP, DT_MODEL_CNN, DT_MODEL_GPT, DT_MODEL_FILE, DT_MODEL_COUNT } dt_model_kind;
 
 #define DT_MLP_MAX_HIDDEN 8
+/* --precision: what the GEMMs and convolutions multiply. fp32, or their two
+ * operands rounded to bf16 with the products summed in fp32 (PyTorch's bf16
+ * autocast for matmul and convolution); parameters, gradients, optimizer state
+ * and everything else stay fp32 (docs/PRECISION.md). */
+typedef enum { DT_PRECISION_FP32, DT_PRECISION_BF16 } dt_precision;
+
 typedef struct dt_model_cfg {
     dt_model_kind kind;
     /* mlp */
@@ -45,6 +51,8 @@ typedef struct dt_model_cfg {
     /* --set: the description's variables, "NAME=VALUE,..." (VALUE a number, or
      * integers joined by ':' for a list); "" none. */
     char set[256];
+    /* dt_precision; not part of what a checkpoint must match (a bf16 run resumes in fp32) */
+    int precision;
 } dt_model_cfg;
 
 const char *dt_model_kind_name(dt_model_kind k);         /* "mlp" */

@@ -13,6 +13,7 @@
 #ifndef DTRAIN_NN_H
 #define DTRAIN_NN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -308,6 +309,32 @@ void dt_mse_backward(float *dpred,        /* (N, D) or NULL */
                      const float *pred,   /* (N, D) */
                      const float *target, /* (N, D) */
                      float scale, int N, int D);
+
+/* ---- bf16 operands ------------------------------------------------------------
+ * dst[i] = src[i] rounded to bf16 precision (round to nearest even; overflow to
+ * inf; NaN stays NaN), still stored as fp32. dst may equal src. */
+void dt_round_bf16(float *dst, const float *src, size_t n);
+
+/* C (M, N) = alpha op(A) op(B) + beta C, row-major, op(A) (M, K) = A or, with
+ * transa, A^T (A stored (K, M)); op(B) (K, N) likewise. Both operands rounded
+ * to bf16 as by dt_round_bf16, products summed in fp32 (their order is not
+ * cblas_sgemm's; subnormal bf16 inputs count as zero). beta = 0: C is not read.
+ * scratch: dt_gemm_bf16_scratch_floats(M, N, K) floats. Only where
+ * dt_gemm_bf16_available() (AVX512-BF16); elsewhere it does nothing. */
+bool dt_gemm_bf16_available(void);
+size_t dt_gemm_bf16_scratch_floats(int M, int N, int K);
+void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc, float *scratch);
+
+/* dt_linear_forward / dt_linear_backward through dt_gemm_bf16 (only where it is
+ * available): operands rounded to bf16, and the bias gradient summed from the
+ * rounded output gradient, as under PyTorch's bf16 autocast. scratch:
+ * dt_linear_bf16_scratch_floats(N, IC, OC) floats. */
+size_t dt_linear_bf16_scratch_floats(int N, int IC, int OC);
+void dt_linear_forward_bf16(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC,
+                            float *scratch);
+void dt_linear_backward_bf16(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                             int N, int IC, int OC, float *scratch);
 
 #ifdef __cplusplus
 }

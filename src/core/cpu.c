@@ -2,6 +2,12 @@
  * cached answer; a build for a CPU with FMA knows it at compile time. */
 #include "core/cpu.h"
 
+#include <stddef.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+
 bool dt_cpu_fma(void) {
 #if defined(__FMA__) || defined(__aarch64__)
     return true;
@@ -15,4 +21,17 @@ bool dt_cpu_fma(void) {
 #else
     return false;
 #endif
+}
+
+/* CPUID leaf 7: subleaf 1 EAX bit 5 is AVX512_BF16, subleaf 0 EDX bit 22 AMX-BF16. */
+const char *dt_cpu_bf16(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return NULL;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (d & (1u << 22)) return "amx_bf16";
+    __cpuid_count(7, 1, a, b, c, d);
+    if (a & (1u << 5)) return "avx512_bf16";
+#endif
+    return NULL;
 }

@@ -1,6 +1,8 @@
 /* The leaf layer types a description may name (the containers are desc.c's). */
 #include "layer.h"
 
+#include "dtrain/nn.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -26,4 +28,37 @@ void dt_layer_names(char *buf, size_t n) {
         if (w < 0) break;
         k += (size_t)w;
     }
+}
+
+const float *dt_bf16_operand(const dt_layer *l, float **at, const float *x, size_t n) {
+    if (!l->bf16) return x;
+    float *copy = *at;
+    dt_round_bf16(copy, x, n);
+    *at += n;
+    return copy;
+}
+
+size_t dt_lin_floats(const dt_layer *l, int64_t N, int IC, int OC) {
+    if (l->bf16 == DT_BF16_NATIVE) return dt_linear_bf16_scratch_floats((int)N, IC, OC);
+    return dt_bf16_floats(l, (size_t)N * IC, (size_t)OC * IC, (size_t)N * OC);
+}
+
+void dt_lin_forward(const dt_layer *l, float *out, const float *in, const float *w, const float *b, int N, int IC,
+                    int OC, float *at) {
+    if (l->bf16 == DT_BF16_NATIVE) {
+        dt_linear_forward_bf16(out, in, w, b, N, IC, OC, at);
+        return;
+    }
+    const float *x = dt_bf16_operand(l, &at, in, (size_t)N * IC);
+    dt_linear_forward(out, x, dt_bf16_operand(l, &at, w, (size_t)OC * IC), b, N, IC, OC);
+}
+
+void dt_lin_backward(const dt_layer *l, float *din, float *dw, float *db, const float *dout, const float *in,
+                     const float *w, int N, int IC, int OC, float *at) {
+    if (l->bf16 == DT_BF16_NATIVE) {
+        dt_linear_backward_bf16(din, dw, db, dout, in, w, N, IC, OC, at);
+        return;
+    }
+    const float *x = dt_bf16_operand(l, &at, in, (size_t)N * IC), *wr = dt_bf16_operand(l, &at, w, (size_t)OC * IC);
+    dt_linear_backward(din, dw, db, dt_bf16_operand(l, &at, dout, (size_t)N * OC), x, wr, N, IC, OC);
 }

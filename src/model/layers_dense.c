@@ -16,17 +16,20 @@ static int64_t N_of(const dt_layer *l, const dt_lctx *c) { return (int64_t)c->ba
 
 /* ---- linear: d = {IC, OC, bias, parts} (local sizes); off = {weight, bias} ---- */
 
+/* Scratch: the fused ReLU's masked gradient (N, OC), then dt_lin_floats (bf16). */
 static size_t lin_scratch(const dt_layer *l, int B) {
-    return l->ops->uses_out ? (size_t)B * (size_t)l->rows * (size_t)l->d[1] : 0;
+    const int64_t N = (int64_t)B * l->rows;
+    return (l->ops->uses_out ? (size_t)N * (size_t)l->d[1] : 0) + dt_lin_floats(l, N, l->d[0], l->d[1]);
 }
 
 static void lin_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
                         float *scratch) {
     int N = (int)N_of(l, c), IC = l->d[0], OC = l->d[1];
     const float *bias = l->d[2] ? c->P + l->off[1] : NULL;
+    float *at = scratch + (l->ops->uses_out ? (size_t)N * OC : 0);
     if (l->tp == DT_TP_ROW && c->b->tp) {
         /* g: partial products summed over the group, then the replicated bias once. */
-        dt_linear_forward(out, in, c->P + l->off[0], NULL, N, IC, OC);
+        dt_lin_forward(l, out, in, c->P + l->off[0], NULL, N, IC, OC, at);
         dt_block_tp_allreduce(c->b, out, (size_t)N * OC);
         if (bias)
             for (int i = 0; i < N; i++) {
@@ -34,7 +37,7 @@ static void lin_forward(const dt_layer *l, const dt_lctx *c, const float *in, fl
                 for (int j = 0; j < OC; j++) o[j] += bias[j];
             }
     } else {
-        dt_linear_forward(out, in, c->P + l->off[0], bias, N, IC, OC);
+        dt_lin_forward(l, out, in, c->P + l->off[0], bias, N, IC, OC, at);
     }
     if (l->ops->uses_out) dt_relu_forward(out, out, (size_t)N * OC);
 }
@@ -48,8 +51,9 @@ static void lin_backward(const dt_layer *l, const dt_lctx *c, const float *in, c
         dt_relu_mask(scratch, dout, out, n);
         dpre = scratch;
     }
-    dt_linear_backward(din, c->G + l->off[0], l->d[2] ? c->G + l->off[1] : NULL, dpre, in, c->P + l->off[0], N,
-                       IC, OC);
+    float *at = scratch + (l->ops->uses_out ? (size_t)N * OC : 0);
+    dt_lin_backward(l, din, c->G + l->off[0], l->d[2] ? c->G + l->off[1] : NULL, dpre, in, c->P + l->off[0], N, IC,
+                    OC, at);
     /* f: the replicated input's gradient is the sum of every shard's part. */
     if (l->tp == DT_TP_COLUMN && din) dt_block_tp_allreduce(c->b, din, (size_t)N * IC);
 }
@@ -222,13 +226,18 @@ static size_t att_saved(const dt_layer *l, int B) {
     size_t att = (size_t)B * l->d[2] * l->d[0] * l->d[0];
     return att_gqa(l) && l->d[5] ? ((att + 15) & ~(size_t)15) + att_qkv(l, B) : att;
 }
-static size_t att_scratch(const dt_layer *l, int B) {
+/* The kernels' scratch, then under bf16 the rounded copies of q, k, v (the input,
+ * after rotation) and of the output gradient. */
+static size_t att_kernel_scratch(const dt_layer *l, int B) {
     if (att_gqa(l))
         return dt_attention_gqa_scratch_floats(B, l->d[0], l->d[2], l->d[3], l->d[4]) + (l->d[5] ? att_qkv(l, B) : 0);
     return dt_attention_scratch_floats(B, l->d[0], l->d[1], l->d[2]);
 }
+static size_t att_scratch(const dt_layer *l, int B) {
+    return att_kernel_scratch(l, B) + dt_bf16_floats(l, (size_t)B * l->in_dim, (size_t)B * l->out_dim, 0);
+}
 
-static void gqa_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved) {
+static void gqa_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved, float *at) {
     int B = c->batch->B, T = l->d[0], NH = l->d[2], NKV = l->d[3], HS = l->d[4];
     const float *qkv = in;
     if (l->d[5]) {
@@ -237,6 +246,7 @@ static void gqa_forward(const dt_layer *l, const dt_lctx *c, const float *in, fl
         dt_rope_apply(rot, B, T, NH + NKV, HS, (size_t)(NH + 2 * NKV) * HS, l->f[0], +1);
         qkv = rot;
     }
+    qkv = dt_bf16_operand(l, &at, qkv, att_qkv(l, B));
     dt_attention_gqa_forward(out, saved, qkv, B, T, NH, NKV, HS);
 }
 
@@ -244,6 +254,9 @@ static void gqa_backward(const dt_layer *l, const dt_lctx *c, const float *in, c
                          const float *saved, float *scratch) {
     int B = c->batch->B, T = l->d[0], NH = l->d[2], NKV = l->d[3], HS = l->d[4];
     const float *qkv = l->d[5] ? saved + (att_saved(l, B) - att_qkv(l, B)) : in;
+    float *at = scratch + att_kernel_scratch(l, B);
+    qkv = dt_bf16_operand(l, &at, qkv, att_qkv(l, B));
+    dout = dt_bf16_operand(l, &at, dout, (size_t)B * l->out_dim);
     if (!l->d[5]) {
         dt_attention_gqa_backward(din, scratch, dout, qkv, saved, B, T, NH, NKV, HS);
         return;
@@ -259,17 +272,28 @@ static void gqa_backward(const dt_layer *l, const dt_lctx *c, const float *in, c
 
 static void att_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
                         float *scratch) {
+    int B = c->batch->B;
+    float *at = scratch + att_kernel_scratch(l, B);
     if (att_gqa(l)) {
-        gqa_forward(l, c, in, out, saved);
+        gqa_forward(l, c, in, out, saved, at);
         return;
     }
-    dt_attention_forward(out, saved, in, c->batch->B, l->d[0], l->d[1], l->d[2]);
+    in = dt_bf16_operand(l, &at, in, (size_t)B * l->in_dim);
+    dt_attention_forward(out, saved, in, B, l->d[0], l->d[1], l->d[2]);
 }
 
 static void att_backward(const dt_layer *l, const dt_lctx *c, const float *in, const float *out,
                          const float *dout, float *din, const float *saved, float *scratch) {
-    if (din && att_gqa(l)) gqa_backward(l, c, in, dout, din, saved, scratch);
-    else if (din) dt_attention_backward(din, scratch, dout, in, saved, c->batch->B, l->d[0], l->d[1], l->d[2]);
+    if (!din) return;
+    if (att_gqa(l)) {
+        gqa_backward(l, c, in, dout, din, saved, scratch);
+        return;
+    }
+    int B = c->batch->B;
+    float *at = scratch + att_kernel_scratch(l, B);
+    in = dt_bf16_operand(l, &at, in, (size_t)B * l->in_dim);
+    dout = dt_bf16_operand(l, &at, dout, (size_t)B * l->out_dim);
+    dt_attention_backward(din, scratch, dout, in, saved, B, l->d[0], l->d[1], l->d[2]);
 }
 
 static const dt_layer_ops att_ops = {"attention", false, att_saved, att_scratch, att_forward, att_backward};

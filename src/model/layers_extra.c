@@ -108,16 +108,21 @@ static dt_status gap_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_sha
 /* ---- swiglu MLP: d = {C, F (local)}; off = {gate, up, down}; saved gate, up, h ------ */
 
 static size_t swi_saved(const dt_layer *l, int B) { return 3 * r16((size_t)B * l->rows * l->d[1]); }
-static size_t swi_scratch(const dt_layer *l, int B) { return 3 * r16((size_t)B * l->rows * l->d[1]); }
+/* Scratch: dh, dg, du (backward), then dt_lin_floats for the larger GEMM (bf16). */
+static size_t swi_scratch(const dt_layer *l, int B) {
+    const int64_t N = (int64_t)B * l->rows;
+    size_t a = dt_lin_floats(l, N, l->d[0], l->d[1]), b = dt_lin_floats(l, N, l->d[1], l->d[0]);
+    return 3 * r16((size_t)N * l->d[1]) + (a > b ? a : b);
+}
 
 static void swi_fwd(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved, float *scratch) {
     int N = (int)(c->batch->B * l->rows), C = l->d[0], F = l->d[1];
     size_t nf = r16((size_t)N * F);
-    float *g = saved, *u = saved + nf, *h = saved + 2 * nf;
-    dt_linear_forward(g, in, c->P + l->off[0], NULL, N, C, F);
-    dt_linear_forward(u, in, c->P + l->off[1], NULL, N, C, F);
+    float *g = saved, *u = saved + nf, *h = saved + 2 * nf, *at = scratch + 3 * nf;
+    dt_lin_forward(l, g, in, c->P + l->off[0], NULL, N, C, F, at);
+    dt_lin_forward(l, u, in, c->P + l->off[1], NULL, N, C, F, at);
     dt_swiglu_forward(h, g, u, (size_t)N * F);
-    dt_linear_forward(out, h, c->P + l->off[2], NULL, N, F, C);
+    dt_lin_forward(l, out, h, c->P + l->off[2], NULL, N, F, C, at);
     dt_block_tp_allreduce(c->b, out, (size_t)N * C); /* g: the row-parallel down's partial sums */
 }
 
@@ -126,12 +131,12 @@ static void swi_bwd(const dt_layer *l, const dt_lctx *c, const float *in, const 
     int N = (int)(c->batch->B * l->rows), C = l->d[0], F = l->d[1];
     size_t nf = r16((size_t)N * F);
     const float *g = saved, *u = saved + nf, *h = saved + 2 * nf;
-    float *dh = scratch, *dg = scratch + nf, *du = scratch + 2 * nf;
+    float *dh = scratch, *dg = scratch + nf, *du = scratch + 2 * nf, *at = scratch + 3 * nf;
     memset(scratch, 0, 3 * nf * sizeof(float));
-    dt_linear_backward(dh, c->G + l->off[2], NULL, dout, h, c->P + l->off[2], N, F, C);
+    dt_lin_backward(l, dh, c->G + l->off[2], NULL, dout, h, c->P + l->off[2], N, F, C, at);
     dt_swiglu_backward(dg, du, dh, g, u, (size_t)N * F);
-    dt_linear_backward(din, c->G + l->off[0], NULL, dg, in, c->P + l->off[0], N, C, F);
-    dt_linear_backward(din, c->G + l->off[1], NULL, du, in, c->P + l->off[1], N, C, F);
+    dt_lin_backward(l, din, c->G + l->off[0], NULL, dg, in, c->P + l->off[0], N, C, F, at);
+    dt_lin_backward(l, din, c->G + l->off[1], NULL, du, in, c->P + l->off[1], N, C, F, at);
     if (din) dt_block_tp_allreduce(c->b, din, (size_t)N * C); /* f */
 }
 

@@ -2,7 +2,8 @@
  *
  * Both directions are single cblas_sgemm calls, since a GEMM is the only way to
  * get near-peak throughput; the bias is folded into the forward GEMM by filling
- * the output with it first and accumulating with beta = 1. */
+ * the output with it first and accumulating with beta = 1. The _bf16 pair runs
+ * the same GEMMs through dt_gemm_bf16 (gemm_bf16.c). */
 #include "core/cpu.h"
 #include "dtrain/nn.h"
 
@@ -48,4 +49,39 @@ DT_HOT void dt_linear_backward(float *dinp, float *dw, float *db, const float *d
             for (int o = 0; o < OC; o++) d[o] += g[o];
         }
     }
+}
+
+size_t dt_linear_bf16_scratch_floats(int N, int IC, int OC) {
+    size_t f = dt_gemm_bf16_scratch_floats(N, OC, IC), x = dt_gemm_bf16_scratch_floats(N, IC, OC),
+           w = dt_gemm_bf16_scratch_floats(OC, IC, N);
+    return f > x ? (f > w ? f : w) : (x > w ? x : w);
+}
+
+void dt_linear_forward_bf16(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC,
+                            float *scratch) {
+    if (N <= 0 || OC <= 0) return;
+    if (IC <= 0) {
+        dt_linear_forward(out, inp, w, b, N, IC, OC);
+        return;
+    }
+    if (b)
+        for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
+    dt_gemm_bf16(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC, scratch);
+}
+
+void dt_linear_backward_bf16(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                             int N, int IC, int OC, float *scratch) {
+    if (N <= 0 || OC <= 0) return;
+    if (IC > 0) {
+        if (dinp) dt_gemm_bf16(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC, scratch);
+        dt_gemm_bf16(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC, scratch);
+    }
+    if (!db) return;
+    float r[256];
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o += 256) {
+            const int n = OC - o < 256 ? OC - o : 256;
+            dt_round_bf16(r, dout + (size_t)i * OC + o, (size_t)n);
+            for (int k = 0; k < n; k++) db[o + k] += r[k];
+        }
 }

@@ -1,5 +1,6 @@
 /* The setup phases of a run: the mesh, the data, the model, and the sync
  * driver's strategy (pipeline partition, data parallelism, robust reduction). */
+#include "core/cpu.h"
 #include "run.h"
 
 #include "dtrain/weights.h"
@@ -67,6 +68,12 @@ static dt_status setup_model(tr_run *r) {
     dt_status st = dt_model_create(&r->m, &mcfg);
     if (st) return st;
     dt_model_init(r->m, c->seed);
+    if (c->model.precision == DT_PRECISION_BF16 && !r->quiet) {
+        const char *isa = dt_cpu_bf16();
+        dt_log(DT_LOG_INFO, "--precision bf16: GEMM and convolution operands rounded to bf16, sums in fp32, emulated "
+               "(%s%s): the numbers of bf16 at fp32 speed or a little below (docs/PRECISION.md)",
+               isa ? isa : "this CPU has no bf16 instructions", isa ? " is here, but dtrain's bf16 kernels are not built yet" : "");
+    }
     if (r->m->has_batchnorm && (c->strategy == DT_STRATEGY_PS || c->strategy == DT_STRATEGY_HOGWILD))
         return dt_errorf(DT_ERR_INVALID, "the %s has batch norm, whose running statistics the %s strategy would not keep: "
                          "use data parallelism (sync or localsgd)", dt_model_name(&c->model),

@@ -1,0 +1,188 @@
+/* A bf16 GEMM for CPUs with AVX512-BF16: C = alpha op(A) op(B) + beta C with
+ * both operands rounded to bf16 (nearest even, as dt_round_bf16) and the
+ * products summed in fp32 by VDPBF16PS, which multiplies two pairs of bf16 and
+ * adds both products to an fp32 lane. A bf16 product is exact in fp32, so the
+ * result is dt_round_bf16 + cblas_sgemm's up to the order of the sums (and
+ * VDPBF16PS treats subnormal inputs and results as zero).
+ *
+ * Packing: op(A) is cut into panels of MR rows and op(B) into panels of NR
+ * columns, converted to bf16 and stored pair by pair along k: a 32-bit word
+ * holds (x[k], x[k+1]) (k even; an odd K is padded with a zero), A's panel as
+ * [k/2][MR] words, B's as [k/2][NR]. The micro-kernel keeps an MR x NR tile of C
+ * in 16 zmm registers (MR rows x 2 vectors of 16 columns): per pair of k, two
+ * loads of B and MR broadcasts of A feed 2 MR VDPBF16PS. Rows and columns past
+ * M and N are zeros in the panels and masked at the store. Every packer reads
+ * its source in 16-float vectors where the pairs lie along a row (the source's
+ * rows are k) and through 16x16 transposes in registers where they lie along
+ * columns; none is scalar except the edges.
+ *
+ * Cost: 2MNK flops at 32 multiply-adds per instruction; packing reads MK + NK
+ * floats and writes half as many bytes. Scratch: dt_gemm_bf16_scratch_floats. */
+#include "core/cpu.h"
+#include "dtrain/nn.h"
+
+#include <string.h>
+
+#define MR 8
+#define NR 32
+
+static size_t kpairs(int K) { return (size_t)(K + 1) / 2; }
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+size_t dt_gemm_bf16_scratch_floats(int M, int N, int K) {
+    if (M <= 0 || N <= 0 || K <= 0) return 0;
+    return kpairs(K) * (round_up((size_t)M, MR) + round_up((size_t)N, NR));
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+bool dt_gemm_bf16_available(void) {
+    const char *isa = dt_cpu_bf16();
+    return isa != NULL && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+
+/* RNE rounding of 16 floats to the high halves of 16 words (NaN kept quiet),
+ * the arithmetic of dt_round_bf16: bf16 bits in the high 16 bits, low zero. */
+BF16_TARGET static inline __m512i bf16_hi(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+    return _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+}
+
+/* Words (lo[i], hi[i]) from two rows of 16 floats: the pair (k, k+1) per lane. */
+BF16_TARGET static inline __m512i pair_words(__m512 lo, __m512 hi) {
+    return _mm512_or_si512(_mm512_srli_epi32(bf16_hi(lo), 16), bf16_hi(hi));
+}
+
+/* n floats from p (n <= 16), zeros past n. */
+BF16_TARGET static inline __m512 load_n(const float *p, int n) {
+    return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+}
+
+/* 16x16 transpose of r[0..15] in place (rows become columns). */
+BF16_TARGET static void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) /* per 128-bit lane: r[i + c] = column c of rows i..i+3 */
+        for (int j = 0; j < 2; j++) {
+            __m512d a = _mm512_castps_pd(t[i + j]), b = _mm512_castps_pd(t[i + j + 2]);
+            r[i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            r[i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+    for (int i = 0; i < 16; i += 8)
+        for (int j = 0; j < 4; j++) {
+            t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+            t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+    }
+}
+
+/* Packs a (rows x K) block of op(X) whose element (i, k) is X[i * rs + k * ks]
+ * into words dst[k/2 * W + i] (W = the panel's width, rows <= W, rows past
+ * `rows` zero). ks == 1: the pairs lie along X's rows (read through transposes);
+ * otherwise rs == 1: X's rows are k (read as row pairs). */
+BF16_TARGET static void pack_panel(uint32_t *dst, int W, const float *X, size_t rs, size_t ks, int rows, int K) {
+    const size_t KP = kpairs(K);
+    if (rows < W)
+        for (size_t kk = 0; kk < KP; kk++) memset(dst + kk * W + rows, 0, (size_t)(W - rows) * 4);
+    if (ks != 1) { /* rows of X are k: pairs of rows, 16 columns i at a time */
+        for (size_t kk = 0; kk < KP; kk++) {
+            const float *r0 = X + 2 * kk * ks, *r1 = r0 + ks;
+            const bool odd = 2 * kk + 1 >= (size_t)K;
+            for (int i = 0; i < rows; i += 16) {
+                int n = rows - i < 16 ? rows - i : 16;
+                __m512 lo = load_n(r0 + i, n), hi = odd ? _mm512_setzero_ps() : load_n(r1 + i, n);
+                _mm512_mask_storeu_epi32(dst + kk * W + i, (__mmask16)((1u << n) - 1), pair_words(lo, hi));
+            }
+        }
+        return;
+    }
+    /* pairs along X's rows: 16 rows x 16 k through a transpose, then pairs of the k-rows */
+    for (int i = 0; i < rows; i += 16) {
+        int ni = rows - i < 16 ? rows - i : 16;
+        for (int k = 0; k < K; k += 16) {
+            int nk = K - k < 16 ? K - k : 16;
+            __m512 r[16];
+            for (int a = 0; a < 16; a++)
+                r[a] = a < ni ? load_n(X + (size_t)(i + a) * rs + k, nk) : _mm512_setzero_ps();
+            transpose16(r); /* r[c] = k + c across the 16 rows */
+            for (int c = 0; c < nk; c += 2)
+                _mm512_mask_storeu_epi32(dst + (size_t)(k + c) / 2 * W + i, (__mmask16)((1u << ni) - 1),
+                                         pair_words(r[c], r[c + 1]));
+        }
+    }
+}
+
+/* The MR x NR tile: C[0..mr) x [0..nr) = alpha * A_panel B_panel + beta * C. */
+BF16_TARGET static void tile(float *C, size_t ldc, const uint32_t *a, const uint32_t *b, size_t KP, int mr, int nr,
+                             float alpha, float beta) {
+    __m512 acc[MR][2];
+    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (size_t kk = 0; kk < KP; kk++) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kk * NR), b1 = (__m512bh)_mm512_loadu_si512(b + kk * NR + 16);
+        for (int r = 0; r < MR; r++) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[kk * MR + r]);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+        }
+    }
+    const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+    const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xffff : nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < mr; r++) {
+        float *c = C + (size_t)r * ldc;
+        __m512 x0 = _mm512_mul_ps(acc[r][0], va), x1 = _mm512_mul_ps(acc[r][1], va);
+        if (beta != 0.0f) { /* beta = 0: C is not read (BLAS's rule: NaN there stays out) */
+            x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, c), vb, x0);
+            x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, c + 16), vb, x1);
+        }
+        _mm512_mask_storeu_ps(c, m0, x0);
+        _mm512_mask_storeu_ps(c + 16, m1, x1);
+    }
+}
+
+BF16_TARGET void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
+                              const float *B, int ldb, float beta, float *C, int ldc, float *scratch) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+        return;
+    }
+    const size_t KP = kpairs(K), Mp = round_up((size_t)M, MR);
+    uint32_t *pa = (uint32_t *)scratch, *pb = pa + KP * Mp;
+    /* op(A)(i, k) = A[i lda + k] or, transposed, A[k lda + i] */
+    for (int i = 0; i < M; i += MR)
+        pack_panel(pa + (size_t)i * KP, MR, transa ? A + i : A + (size_t)i * lda, transa ? 1 : (size_t)lda,
+                   transa ? (size_t)lda : 1, M - i < MR ? M - i : MR, K);
+    /* op(B)(k, j) = B[k ldb + j] or, transposed, B[j ldb + k] */
+    for (int j = 0; j < N; j += NR)
+        pack_panel(pb + (size_t)j * KP, NR, transb ? B + (size_t)j * ldb : B + j, transb ? (size_t)ldb : 1,
+                   transb ? 1 : (size_t)ldb, N - j < NR ? N - j : NR, K);
+    for (int j = 0; j < N; j += NR)
+        for (int i = 0; i < M; i += MR)
+            tile(C + (size_t)i * ldc + j, (size_t)ldc, pa + (size_t)i * KP, pb + (size_t)j * KP, KP,
+                 M - i < MR ? M - i : MR, N - j < NR ? N - j : NR, alpha, beta);
+}
+
+#else
+bool dt_gemm_bf16_available(void) { return false; }
+void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc, float *scratch) {
+    (void)transa, (void)transb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)beta, (void)C, (void)ldc, (void)scratch;
+}
+#endif
