@@ -19,7 +19,10 @@
  * Machine-readable lines start with "RESULT"; --profile adds per-block
  * forward/backward and optimizer times ("PROFILE" lines).
  *
- *   bench_train [--only W1,W2,W3,peak] [--seconds S] [--warmup N] [--profile]
+ *   bench_train [--only W1,W2,W3,peak] [--seconds S] [--warmup N] [--profile] [--precision fp32|bf16|bf16-emulated]
+ *
+ * --precision bf16 runs the workloads as `dtrain train --precision bf16` does
+ * (its RESULT lines say precision=bf16); % of peak stays relative to fp32 sgemm.
  */
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
@@ -50,6 +53,7 @@ typedef struct options {
     double seconds;   /* timed seconds per workload (steps are chosen to fit) */
     int warmup;
     bool profile;
+    int precision;    /* dt_precision */
 } options;
 
 /* ---- sgemm peak ------------------------------------------------------------ */
@@ -100,10 +104,11 @@ static void run_state_free(run_state *s) {
     dt_model_destroy(s->m);
 }
 
-static dt_status run_state_init(run_state *s, const workload *w) {
+static dt_status run_state_init(run_state *s, const workload *w, int precision) {
     memset(s, 0, sizeof *s);
     dt_model_cfg mc;
     dt_model_cfg_default(&mc, w->kind);
+    mc.precision = precision;
     dt_status st = dt_model_create(&s->m, &mc);
     if (st) return st;
     dt_model_init(s->m, 1);
@@ -233,7 +238,7 @@ static void profile_workload(run_state *s, const workload *w, int steps) {
 
 static int run_workload(const workload *w, const options *o, double peak) {
     run_state s;
-    dt_status st = run_state_init(&s, w);
+    dt_status st = run_state_init(&s, w, o->precision);
     if (st) {
         fprintf(stderr, "bench_train: %s: %s: %s\n", w->id, dt_status_str(st), dt_error_msg());
         run_state_free(&s);
@@ -268,8 +273,9 @@ static int run_workload(const workload *w, const options *o, double peak) {
            (double)s.m->flops_per_sample * w->B / 1e9, (double)loss0, (double)loss);
     printf("  %d steps in %.2f s: %.2f ms/step, %.0f %s/s, %.1f GFLOP/s = %.1f%% of sgemm peak\n",
            steps, secs, 1e3 * step_s, items, unit, gflops, pct);
-    printf("RESULT %s dtrain %s_per_s=%.1f ms_per_step=%.4f gflops=%.2f pct_peak=%.2f peak_gflops=%.2f steps=%d\n",
-           w->id, unit, items, 1e3 * step_s, gflops, pct, peak, steps);
+    printf("RESULT %s dtrain %s_per_s=%.1f ms_per_step=%.4f gflops=%.2f pct_peak=%.2f peak_gflops=%.2f steps=%d "
+           "precision=%s\n", w->id, unit, items, 1e3 * step_s, gflops, pct, peak, steps,
+           o->precision == DT_PRECISION_BF16 ? "bf16" : o->precision ? "bf16-emulated" : "fp32");
     if (o->profile) profile_workload(&s, w, steps / 2 > 3 ? steps / 2 : 3);
     fflush(stdout);
     run_state_free(&s);
@@ -308,8 +314,17 @@ int main(int argc, char **argv) {
             o.warmup = atoi(argv[++i]);
         } else if (strcmp(f, "--profile") == 0) {
             o.profile = true;
+        } else if (strcmp(f, "--precision") == 0 && i + 1 < argc) {
+            const char *p = argv[++i];
+            if (strcmp(p, "fp32") && strcmp(p, "bf16") && strcmp(p, "bf16-emulated")) {
+                fprintf(stderr, "bench_train: --precision takes fp32, bf16 or bf16-emulated; got '%s'\n", p);
+                return 2;
+            }
+            o.precision = strcmp(p, "bf16") == 0 ? DT_PRECISION_BF16
+                          : strcmp(p, "fp32") ? DT_PRECISION_BF16_EMULATED : DT_PRECISION_FP32;
         } else {
-            fprintf(stderr, "usage: bench_train [--only W1,W2,W3,peak] [--seconds S] [--warmup N] [--profile]\n");
+            fprintf(stderr, "usage: bench_train [--only W1,W2,W3,peak] [--seconds S] [--warmup N] [--profile] "
+                            "[--precision fp32|bf16|bf16-emulated]\n");
             return strcmp(f, "--help") == 0 ? 0 : 2;
         }
     }

@@ -40,7 +40,7 @@ static const row rows[] = {
     {"model", "cnn", "cnn", "vgg", "unknown model 'vgg'"},
     {"hidden", "7,9", "7,9", "10,x", "--hidden expects"},
     {"set", "w=8,blocks=2", "w=8,blocks=2", "w", "--set: 'w' is not NAME=VALUE"},
-    {"precision", "bf16", "bf16", "fp8", "--precision must be fp32 or bf16, got 'fp8'"},
+    {"precision", "bf16-emulated", "bf16-emulated", "fp8", "--precision must be fp32, bf16 or bf16-emulated, got 'fp8'"},
     {"n-layer", "2", "2", "0", "--n-layer 0 is out of range [1, 256]"},
     {"n-head", "2", "2", "257", "--n-head 257 is out of range"},
     {"n-embd", "64", "64", "a", "--n-embd expects an integer"},

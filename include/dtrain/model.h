@@ -30,8 +30,10 @@ typedef enum { DT_MODEL_MLP, DT_MODEL_CNN, DT_MODEL_GPT, DT_MODEL_FILE, DT_MODEL
 /* --precision: what the GEMMs and convolutions multiply. fp32, or their two
  * operands rounded to bf16 with the products summed in fp32 (PyTorch's bf16
  * autocast for matmul and convolution); parameters, gradients, optimizer state
- * and everything else stay fp32 (docs/PRECISION.md). */
-typedef enum { DT_PRECISION_FP32, DT_PRECISION_BF16 } dt_precision;
+ * and everything else stay fp32 (docs/PRECISION.md). BF16 multiplies linears'
+ * operands with AVX512-BF16 where the CPU has it; BF16_EMULATED never does (the
+ * same products, summed in another order: what a CPU without it runs). */
+typedef enum { DT_PRECISION_FP32, DT_PRECISION_BF16, DT_PRECISION_BF16_EMULATED } dt_precision;
 
 typedef struct dt_model_cfg {
     dt_model_kind kind;

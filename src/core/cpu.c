@@ -23,15 +23,17 @@ bool dt_cpu_fma(void) {
 #endif
 }
 
-/* CPUID leaf 7: subleaf 1 EAX bit 5 is AVX512_BF16, subleaf 0 EDX bit 22 AMX-BF16. */
-const char *dt_cpu_bf16(void) {
+/* CPUID leaf 7, subleaf 1, EAX bit 5 (AVX512_BF16), with the AVX-512 parts its
+ * kernels use (F, BW, VL). */
+bool dt_cpu_avx512bf16(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     unsigned a, b, c, d;
-    if (__get_cpuid_max(0, NULL) < 7) return NULL;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (d & (1u << 22)) return "amx_bf16";
+    if (__get_cpuid_max(0, NULL) < 7) return false;
     __cpuid_count(7, 1, a, b, c, d);
-    if (a & (1u << 5)) return "avx512_bf16";
+    __builtin_cpu_init();
+    return (a & (1u << 5)) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+#else
+    return false;
 #endif
-    return NULL;
 }

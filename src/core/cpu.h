@@ -26,7 +26,7 @@
  * kernels (vec::fmadd) do, so the updates agree with PyTorch's bit for bit. */
 bool dt_cpu_fma(void);
 
-/* The CPU's bf16 matrix instructions: "amx_bf16", "avx512_bf16", or NULL. */
-const char *dt_cpu_bf16(void);
+/* Does this CPU have AVX512-BF16 (VDPBF16PS) with AVX-512 F, BW and VL? */
+bool dt_cpu_avx512bf16(void);
 
 #endif

@@ -39,10 +39,7 @@ size_t dt_gemm_bf16_scratch_floats(int M, int N, int K) {
 
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-bool dt_gemm_bf16_available(void) {
-    const char *isa = dt_cpu_bf16();
-    return isa != NULL && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-}
+bool dt_gemm_bf16_available(void) { return dt_cpu_avx512bf16(); }
 
 /* RNE rounding of 16 floats to the high halves of 16 words (NaN kept quiet),
  * the arithmetic of dt_round_bf16: bf16 bits in the high 16 bits, low zero. */

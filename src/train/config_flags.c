@@ -327,14 +327,16 @@ static dt_status precision_parse(void *base, const char *flag, const char *s) {
     dt_train_cfg *c = base;
     if (strcmp(s, "fp32") == 0) c->model.precision = DT_PRECISION_FP32;
     else if (strcmp(s, "bf16") == 0) c->model.precision = DT_PRECISION_BF16;
+    else if (strcmp(s, "bf16-emulated") == 0) c->model.precision = DT_PRECISION_BF16_EMULATED;
     else if (strcmp(s, "fp16") == 0)
         return dt_errorf(DT_ERR_INVALID, "%s fp16 needs dynamic loss scaling, which is not built yet: use bf16 (the same "
                          "exponent range as fp32, no scaling needed) or fp32", flag);
-    else return dt_errorf(DT_ERR_INVALID, "%s must be fp32 or bf16, got '%s'", flag, s);
+    else return dt_errorf(DT_ERR_INVALID, "%s must be fp32, bf16 or bf16-emulated, got '%s'", flag, s);
     return DT_OK;
 }
 static void precision_format(const void *base, char *buf, size_t n) {
-    snprintf(buf, n, "%s", ((const dt_train_cfg *)base)->model.precision == DT_PRECISION_BF16 ? "bf16" : "fp32");
+    static const char *names[] = {"fp32", "bf16", "bf16-emulated"};
+    snprintf(buf, n, "%s", names[((const dt_train_cfg *)base)->model.precision]);
 }
 
 static dt_status balance_parse(void *base, const char *flag, const char *s) {
@@ -491,9 +493,10 @@ static const dt_flag train_flags[] = {
     NUM("clip", DT_FLAG_FLOAT, clip, 0, 1e9, TR, S_OPT, "NORM", "global gradient-norm clipping, 0 = off"),
     CH("model", model, model.kind, TR | EV, S_MODEL, "mlp|cnn|gpt|NAME|FILE.json", "the model: built in, a shipped description (models/NAME.json) or your own (docs/MODELS.md); it decides the other defaults"),
     CH("hidden", hidden, model.hidden, TR, S_MODEL, "H1,H2,...", "mlp hidden sizes ('none': a linear model)"),
-    CH("precision", precision, model.precision, TR, S_MODEL, "fp32|bf16", "bf16: every GEMM and convolution multiplies "
-       "its operands rounded to bf16 and sums in fp32 (PyTorch's bf16 autocast); weights, gradients and optimizer "
-       "state stay fp32; emulated on CPUs (docs/PRECISION.md)"),
+    CH("precision", precision, model.precision, TR, S_MODEL, "fp32|bf16|bf16-emulated", "bf16: every GEMM and "
+       "convolution multiplies its operands rounded to bf16 and sums in fp32 (PyTorch's bf16 autocast); weights, "
+       "gradients and optimizer state stay fp32; linears use AVX512-BF16 where the CPU has it, bf16-emulated never "
+       "(docs/PRECISION.md)"),
     CH("set", set, model.set, TR | EV, S_MODEL, "NAME=V,...", "the model description's variables (a list: V1:V2:...), docs/MODELS.md"),
     INT("n-layer", DT_FLAG_INT, model.n_layer, 1, 256, TR, S_MODEL, "L", "gpt transformer blocks"),
     INT("n-head", DT_FLAG_INT, model.n_head, 1, 256, TR, S_MODEL, "H", "gpt attention heads"),

@@ -1,8 +1,8 @@
 /* The setup phases of a run: the mesh, the data, the model, and the sync
  * driver's strategy (pipeline partition, data parallelism, robust reduction). */
-#include "core/cpu.h"
 #include "run.h"
 
+#include "dtrain/nn.h"
 #include "dtrain/weights.h"
 
 #include <math.h>
@@ -58,6 +58,21 @@ static dt_status setup_data(tr_run *r) {
     return st;
 }
 
+/* What --precision bf16 runs on, in one line. */
+static void log_bf16(int precision) {
+    if (precision == DT_PRECISION_BF16_EMULATED)
+        dt_log(DT_LOG_INFO, "--precision bf16-emulated: every GEMM and convolution runs on copies of its operands "
+               "rounded to bf16, in fp32 (docs/PRECISION.md)");
+    else if (dt_gemm_bf16_available())
+        dt_log(DT_LOG_INFO, "--precision bf16: GEMM and convolution operands rounded to bf16, sums in fp32; linear "
+               "layers on this CPU's AVX512-BF16, attention and convolutions on rounded copies in fp32 "
+               "(docs/PRECISION.md)");
+    else
+        dt_log(DT_LOG_INFO, "--precision bf16: this CPU has no AVX512-BF16: every GEMM and convolution runs on copies "
+               "of its operands rounded to bf16, in fp32 (emulated: the numbers of bf16 at fp32 speed or a little "
+               "below; docs/PRECISION.md)");
+}
+
 /* This rank's model (its tensor-parallel shard), the unsharded one when the
  * layout splits the model, and --init's weights. */
 static dt_status setup_model(tr_run *r) {
@@ -68,12 +83,7 @@ static dt_status setup_model(tr_run *r) {
     dt_status st = dt_model_create(&r->m, &mcfg);
     if (st) return st;
     dt_model_init(r->m, c->seed);
-    if (c->model.precision == DT_PRECISION_BF16 && !r->quiet) {
-        const char *isa = dt_cpu_bf16();
-        dt_log(DT_LOG_INFO, "--precision bf16: GEMM and convolution operands rounded to bf16, sums in fp32, emulated "
-               "(%s%s): the numbers of bf16 at fp32 speed or a little below (docs/PRECISION.md)",
-               isa ? isa : "this CPU has no bf16 instructions", isa ? " is here, but dtrain's bf16 kernels are not built yet" : "");
-    }
+    if (c->model.precision != DT_PRECISION_FP32 && !r->quiet) log_bf16(c->model.precision);
     if (r->m->has_batchnorm && (c->strategy == DT_STRATEGY_PS || c->strategy == DT_STRATEGY_HOGWILD))
         return dt_errorf(DT_ERR_INVALID, "the %s has batch norm, whose running statistics the %s strategy would not keep: "
                          "use data parallelism (sync or localsgd)", dt_model_name(&c->model),
