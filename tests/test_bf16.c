@@ -23,6 +23,7 @@
 #include "fixturehelp.h"
 #include "testhelp.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -140,6 +141,21 @@ static void test_gemm(void) {
         }
     test_cond("dt_gemm_bf16 = rounded operands summed in double (NN, NT, TN, TT; 9 shapes; alpha, beta; beta 0 over NaN)",
               ok);
+    /* large enough to be split over threads: the same bits on 1 and 3 */
+    const int M = 70, N = 520, K = 130;
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N), *C1 = malloc(sizeof(float) * M * N);
+    float *C3 = malloc(sizeof(float) * M * N), *S = malloc(sizeof(float) * dt_gemm_bf16_scratch_floats(M, N, K));
+    for (int i = 0; i < M * K; i++) A[i] = uniform();
+    for (int i = 0; i < K * N; i++) B[i] = uniform();
+    openblas_set_num_threads(1);
+    dt_gemm_bf16(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N, S);
+    openblas_set_num_threads(3);
+    dt_gemm_bf16(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C3, N, S);
+    openblas_set_num_threads(1);
+    test_cond("dt_gemm_bf16 with 3 BLAS threads (2 parts at this size) = with 1, bit for bit", memcmp(C1, C3, sizeof(float) * M * N) == 0);
+    ok = gemm_case(false, false, M, N, K, 1.0f, 0.0f);
+    test_cond("... and = its definition", ok);
+    free(A), free(B), free(C1), free(C3), free(S);
 }
 
 /* ---- against PyTorch's autocast ------------------------------------------------- */

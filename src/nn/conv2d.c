@@ -25,6 +25,7 @@
  * computed once, the padding at the edges is zero-filled and the middle is a
  * contiguous copy (stride 1) or a strided gather, with no per-element branches. */
 #include "conv2d_impl.h"
+#include "parts.h"
 
 #include "core/cpu.h"
 #include "dtrain/core.h"
@@ -32,7 +33,6 @@
 
 #include <cblas.h>
 #include <string.h>
-#include <unistd.h>
 
 #ifndef DT_CONV_COLS
 #define DT_CONV_COLS 128
@@ -253,27 +253,15 @@ void dt_conv2d_im2col_backward(float *dinp, float *dw, float *db, float *scratch
     }
 }
 
-/* The direct kernel's threads: as many as the BLAS has (--threads, one per rank
- * under -n), at most the CPUs online; scratch is sized for that most. */
-static int max_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > DT_CONV_MAX_THREADS ? DT_CONV_MAX_THREADS : (int)n;
-}
-
-static int threads(void) {
-    int t = openblas_get_num_threads(), m = max_threads();
-    return t < 1 ? 1 : t > m ? m : t;
-}
-
 size_t dt_conv2d_scratch_floats(const dt_conv2d_dims *d) {
-    return dt_conv2d_direct_ok(d) ? dt_conv2d_direct_scratch_floats(d, max_threads())
+    return dt_conv2d_direct_ok(d) ? dt_conv2d_direct_scratch_floats(d, dt_nn_max_threads())
                                   : dt_conv2d_im2col_scratch_floats(d);
 }
 
 void dt_conv2d_forward(float *out, float *scratch, const float *inp, const float *w,
                        const float *b, const dt_conv2d_dims *d) {
     if (dt_conv2d_direct_ok(d))
-        dt_conv2d_direct_forward(out, scratch, inp, w, b, d, threads());
+        dt_conv2d_direct_forward(out, scratch, inp, w, b, d, dt_nn_threads());
     else
         dt_conv2d_im2col_forward(out, scratch, inp, w, b, d);
 }
@@ -281,7 +269,7 @@ void dt_conv2d_forward(float *out, float *scratch, const float *inp, const float
 void dt_conv2d_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout,
                         const float *inp, const float *w, const dt_conv2d_dims *d) {
     if (dt_conv2d_direct_ok(d))
-        dt_conv2d_direct_backward(dinp, dw, db, scratch, dout, inp, w, d, threads());
+        dt_conv2d_direct_backward(dinp, dw, db, scratch, dout, inp, w, d, dt_nn_threads());
     else
         dt_conv2d_im2col_backward(dinp, dw, db, scratch, dout, inp, w, d);
 }

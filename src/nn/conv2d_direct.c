@@ -30,10 +30,10 @@
  * gradient's scatter, and a 1x1 convolution is a plain GEMM, where OpenBLAS's
  * packing wins (bench/bench_conv.c: 0.5-0.7x for the direct kernel). */
 #include "conv2d_impl.h"
+#include "parts.h"
 
 #include "core/cpu.h"
 
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -129,42 +129,6 @@ size_t dt_conv2d_direct_scratch_floats(const dt_conv2d_dims *d, int threads) {
     return shared_floats(d, &g) + (size_t)(threads < 1 ? 1 : threads) * thread_floats(d, &g);
 }
 
-/* Runs fn(ctx, j) for j in [0, T): j = 0 on the caller, the others on threads
- * started for the call (tens of microseconds against milliseconds of
- * convolution). A thread that cannot start has its part run by the caller. */
-typedef struct {
-    void (*fn)(void *, int);
-    void *ctx;
-    int j;
-} part;
-
-static void *part_entry(void *p) {
-    part *q = p;
-    q->fn(q->ctx, q->j);
-    return NULL;
-}
-
-static void run_parts(void (*fn)(void *, int), void *ctx, int T) {
-    pthread_t th[DT_CONV_MAX_THREADS];
-    part parts[DT_CONV_MAX_THREADS];
-    bool started[DT_CONV_MAX_THREADS] = {false};
-    for (int j = 1; j < T; j++) {
-        parts[j] = (part){fn, ctx, j};
-        started[j] = pthread_create(&th[j], NULL, part_entry, &parts[j]) == 0;
-    }
-    fn(ctx, 0);
-    for (int j = 1; j < T; j++) {
-        if (started[j]) pthread_join(th[j], NULL);
-        else fn(ctx, j);
-    }
-}
-
-/* [lo, hi) of n items for part j of T. */
-static void share(size_t n, int j, int T, size_t *lo, size_t *hi) {
-    *lo = n * (size_t)j / (size_t)T;
-    *hi = n * (size_t)(j + 1) / (size_t)T;
-}
-
 /* C planes of h x w from src into dst, zero-bordered by (ph, pw): (C, h+2ph, w+2pw). */
 static void pad_planes(float *dst, const float *src, int C, int h, int w, int ph, int pw) {
     const int hp = h + 2 * ph, wp = w + 2 * pw;
@@ -253,7 +217,7 @@ static void forward_part(void *p, int j) {
     const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)d->OC * J->g.P;
     float *xp = own_planes(J, j);
     size_t lo, hi;
-    share((size_t)d->B, j, J->T, &lo, &hi);
+    dt_nn_share((size_t)d->B, j, J->T, &lo, &hi);
     for (size_t n = lo; n < hi; n++) {
         pad_planes(xp, J->inp + n * in_sz, d->IC, d->H, d->W, d->pad, d->pad);
         conv_planes(J->out + n * out_sz, d->OC, J->g.P, J->g.OW, xp, J->g.Wp, J->off, J->g.K, J->wpk,
@@ -272,7 +236,7 @@ void dt_conv2d_direct_forward(float *out, float *scratch, const float *inp, cons
     J.wpk = wpk;
     J.off = off;
     J.T = threads < 1 ? 1 : threads > d->B ? d->B : threads;
-    run_parts(forward_part, &J, J.T);
+    dt_nn_run_parts(forward_part, &J, J.T);
 }
 
 /* wacc (OCB, K, 16) += this sample's weight gradient at the positions k of
@@ -310,7 +274,7 @@ static void backward_part(void *p, int j) {
     const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)d->OC * g->P;
     float *xp = own_planes(J, j), *gT = xp + (size_t)d->IC * g->Hp * g->Wp, *gp = gT + g->P * g->OCp;
     size_t lo, hi;
-    share((g->K + TR - 1) / TR, j, J->T, &lo, &hi);
+    dt_nn_share((g->K + TR - 1) / TR, j, J->T, &lo, &hi);
     memset(gT, 0, g->P * g->OCp * sizeof(float));
     for (int n = 0; n < d->B && (lo < hi || (j == 0 && J->db)); n++) {
         /* dY^T row by row of dY: dY is read once, in order (it comes from
@@ -332,7 +296,7 @@ static void backward_part(void *p, int j) {
     }
     if (!J->dinp) return;
     const size_t R = (size_t)d->OC * d->KH * d->KW;
-    share((size_t)d->B, j, J->T, &lo, &hi);
+    dt_nn_share((size_t)d->B, j, J->T, &lo, &hi);
     for (size_t n = lo; n < hi; n++) {
         pad_planes(gp, J->dout + n * out_sz, d->OC, g->OH, g->OW, d->KH - 1 - d->pad, d->KW - 1 - d->pad);
         conv_planes(J->dinp + n * in_sz, d->IC, (size_t)d->H * d->W, d->W, gp, g->Wq, J->offx, R, J->wf,
@@ -360,7 +324,7 @@ void dt_conv2d_direct_backward(float *dinp, float *dw, float *db, float *scratch
     J.offp = offp;
     J.offx = offx;
     J.T = threads < 1 ? 1 : threads;
-    run_parts(backward_part, &J, J.T);
+    dt_nn_run_parts(backward_part, &J, J.T);
     for (int oc = 0; oc < d->OC; oc++)
         for (size_t k = 0; k < g->K; k++) dw[oc * g->K + k] += wacc[((oc / TC) * g->K + k) * TC + oc % TC];
 }

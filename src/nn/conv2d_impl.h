@@ -17,7 +17,6 @@ bool dt_conv2d_direct_ok(const dt_conv2d_dims *d);
  * threads-1 started per call), each with its own planes in the scratch:
  * dt_conv2d_direct_scratch_floats(d, T) has room for T of them. Results are
  * the same for every thread count. */
-#define DT_CONV_MAX_THREADS 64
 size_t dt_conv2d_direct_scratch_floats(const dt_conv2d_dims *d, int threads);
 void dt_conv2d_direct_forward(float *out, float *scratch, const float *inp, const float *w,
                               const float *b, const dt_conv2d_dims *d, int threads);

@@ -16,10 +16,15 @@
  * rows are k) and through 16x16 transposes in registers where they lie along
  * columns; none is scalar except the edges.
  *
+ * Threads (as many as the BLAS has, parts.h): A is packed once, then each
+ * thread packs and multiplies its share of B's column panels; each C element is
+ * summed by one thread in one order, so results do not depend on the count.
+ *
  * Cost: 2MNK flops at 32 multiply-adds per instruction; packing reads MK + NK
  * floats and writes half as many bytes. Scratch: dt_gemm_bf16_scratch_floats. */
 #include "core/cpu.h"
 #include "dtrain/nn.h"
+#include "parts.h"
 
 #include <string.h>
 
@@ -151,6 +156,44 @@ BF16_TARGET static void tile(float *C, size_t ldc, const uint32_t *a, const uint
     }
 }
 
+/* The job, shared by the threads: each packs and multiplies its share of B's panels. */
+typedef struct {
+    bool transb;
+    int M, N, K, ldb, ldc;
+    float alpha, beta;
+    const float *B;
+    float *C;
+    const uint32_t *pa;
+    uint32_t *pb;
+} job;
+
+BF16_TARGET static void columns(void *ctx, int j, int T) {
+    const job *J = ctx;
+    const size_t KP = kpairs(J->K), panels = ((size_t)J->N + NR - 1) / NR;
+    size_t lo, hi;
+    dt_nn_share(panels, j, T, &lo, &hi);
+    for (size_t p = lo; p < hi; p++) {
+        const int c = (int)p * NR, nr = J->N - c < NR ? J->N - c : NR;
+        uint32_t *pb = J->pb + (size_t)c * KP;
+        /* op(B)(k, j) = B[k ldb + j] or, transposed, B[j ldb + k] */
+        pack_panel(pb, NR, J->transb ? J->B + (size_t)c * J->ldb : J->B + c, J->transb ? (size_t)J->ldb : 1,
+                   J->transb ? 1 : (size_t)J->ldb, nr, J->K);
+        for (int i = 0; i < J->M; i += MR)
+            tile(J->C + (size_t)i * J->ldc + c, (size_t)J->ldc, J->pa + (size_t)i * KP, pb, KP,
+                 J->M - i < MR ? J->M - i : MR, nr, J->alpha, J->beta);
+    }
+}
+
+typedef struct {
+    job *J;
+    int T;
+} parts_ctx;
+
+static void columns_part(void *ctx, int j) {
+    const parts_ctx *P = ctx;
+    columns(P->J, j, P->T);
+}
+
 BF16_TARGET void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
                               const float *B, int ldb, float beta, float *C, int ldc, float *scratch) {
     if (M <= 0 || N <= 0) return;
@@ -159,20 +202,23 @@ BF16_TARGET void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, flo
             for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
         return;
     }
-    const size_t KP = kpairs(K), Mp = round_up((size_t)M, MR);
-    uint32_t *pa = (uint32_t *)scratch, *pb = pa + KP * Mp;
+    const size_t KP = kpairs(K), Mp = round_up((size_t)M, MR), panels = ((size_t)N + NR - 1) / NR;
+    uint32_t *pa = (uint32_t *)scratch;
     /* op(A)(i, k) = A[i lda + k] or, transposed, A[k lda + i] */
     for (int i = 0; i < M; i += MR)
         pack_panel(pa + (size_t)i * KP, MR, transa ? A + i : A + (size_t)i * lda, transa ? 1 : (size_t)lda,
                    transa ? (size_t)lda : 1, M - i < MR ? M - i : MR, K);
-    /* op(B)(k, j) = B[k ldb + j] or, transposed, B[j ldb + k] */
-    for (int j = 0; j < N; j += NR)
-        pack_panel(pb + (size_t)j * KP, NR, transb ? B + (size_t)j * ldb : B + j, transb ? (size_t)ldb : 1,
-                   transb ? 1 : (size_t)ldb, N - j < NR ? N - j : NR, K);
-    for (int j = 0; j < N; j += NR)
-        for (int i = 0; i < M; i += MR)
-            tile(C + (size_t)i * ldc + j, (size_t)ldc, pa + (size_t)i * KP, pb + (size_t)j * KP, KP,
-                 M - i < MR ? M - i : MR, N - j < NR ? N - j : NR, alpha, beta);
+    job J = {transb, M, N, K, ldb, ldc, alpha, beta, B, C, pa, pa + KP * Mp};
+    /* a thread for every 4 panels at least, and 2 M-panels' worth of work in each */
+    int T = dt_nn_threads();
+    if ((size_t)T > panels / 4) T = (int)(panels / 4);
+    if ((double)M * N * K < 2e6 * T) T = (int)((double)M * N * K / 2e6);
+    if (T <= 1) {
+        columns(&J, 0, 1);
+        return;
+    }
+    parts_ctx P = {&J, T};
+    dt_nn_run_parts(columns_part, &P, T);
 }
 
 #else
