@@ -4,7 +4,7 @@
 source "$(dirname "$0")/lib.sh" "$@"
 
 # local SGD every 4 steps converges (one epoch of the default mlp)
-run lsgd4 -n 2 --model mlp --epochs 1 --quiet --strategy localsgd:4 && {
+run lsgd4 -n 2 --model mlp --hidden 256 --epochs 1 --quiet --strategy localsgd:4 && {
   a=$(acc "$tmp/lsgd4"); awk -v a="$a" 'BEGIN { exit !(a >= 0.84) }' && ok "localsgd:4: test accuracy $a after one epoch (>= 0.84)" || fail "localsgd:4 accuracy $a"; }
 
 # Byzantine workers: 1 of 5 sends a sign-flipped or random gradient (short CI version of the bench);
