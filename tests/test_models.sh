@@ -63,14 +63,16 @@ J
 run i1 --model "$tmp/img.json" --steps 10 --batch 32 && ok "image description with silu, avgpool, global pool trains"
 
 # ---- batch norm (synchronised) and dropout on every layout ------------------------
-# (batch norm amplifies rounding: steps later, -n 2 and -n 1 part at ~1e-4; the
-# first step's loss, before any update, must agree to rounding)
+# (batch norm amplifies rounding: steps later, -n 2 and -n 1 part at ~1e-4, and
+# in a fresh Debian chroot, whose -n 1 run already differed from this machine's
+# in the sixth digit, step 8 parted at 1.05e-3; the first step's loss, before any
+# update, must agree to rounding, which is where unsynchronised statistics show)
 first() { grep '"loss"' "$tmp/$1/metrics.jsonl" | head -1 | grep -o '"loss":[-0-9.e]*' | cut -d: -f2; }
 rf="--model resnet --set w=8 --steps 8 --batch 32 --seed 5 --eval-max 64 --log-every 1"
 if run r1 $rf; then
   ref=$(last r1)
   run r2 -n 2 $rf && { same "resnet (SyncBatchNorm) -n 2 vs -n 1, step 1" "$(first r1)" "$(first r2)" 1e-6
-                       same "resnet (SyncBatchNorm) -n 2 vs -n 1, step 8" "$ref" "$(last r2)" 1e-3; }
+                       same "resnet (SyncBatchNorm) -n 2 vs -n 1, step 8" "$ref" "$(last r2)" 5e-3; }
   run r3 -n 2 --pp 2 $rf && same "resnet --pp 2 vs -n 1" "$ref" "$(last r3)" 1e-6
   run r4 -n 4 --pp 2 --pp-partition auto --micro-batches 2 $rf --steps 2 && ok "resnet on 2 replicas x 2 stages, partition from a profile"
   # checkpointed at step 4 on 2 ranks, resumed on 1: the running statistics travel in the checkpoint
