@@ -12,9 +12,10 @@ source "$(dirname "$0")/lib.sh" "$@"
 seed=${STOP_SEED:-$$}
 RANDOM=$seed
 echo "stop steps drawn with STOP_SEED=$seed"
-B="--model mlp --hidden 128 --steps 120 --eval-every 0 --log-every 2 --quiet"
+B="--model mlp --hidden 128 --steps 200 --eval-every 0 --log-every 2 --quiet"
 # The stopped runs are slowed (sleeps only: the numbers do not change) so the
-# signal lands well before their end.
+# signal lands well before their end: the step is drawn below 70 of 200, so on a
+# machine busy with other tests the signal has 130 slowed steps (~0.4 s) to land.
 SLOW="--inject slow:rank=0:factor=10"
 
 last_step() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" 2>/dev/null | tail -1 | cut -d: -f2; }
