@@ -10,6 +10,13 @@
 #include <cblas.h>
 #include <string.h>
 
+/* Every row of out = b, for a GEMM to accumulate onto: its beta (1, or 0 without b). */
+static float fill_bias(float *out, const float *b, int N, int OC) {
+    if (!b) return 0.0f;
+    for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
+    return 1.0f;
+}
+
 DT_HOT void dt_linear_forward(float *out, const float *inp, const float *w, const float *b,
                        int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
@@ -21,11 +28,7 @@ DT_HOT void dt_linear_forward(float *out, const float *inp, const float *w, cons
         }
         return;
     }
-    float beta = 0.0f;
-    if (b) {
-        for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
-        beta = 1.0f;
-    }
+    const float beta = fill_bias(out, b, N, OC);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
                 beta, out, OC);
 }
@@ -64,9 +67,8 @@ void dt_linear_forward_bf16(float *out, const float *inp, const float *w, const 
         dt_linear_forward(out, inp, w, b, N, IC, OC);
         return;
     }
-    if (b)
-        for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, b, (size_t)OC * sizeof(float));
-    dt_gemm_bf16(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC, scratch);
+    const float beta = fill_bias(out, b, N, OC);
+    dt_gemm_bf16(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, beta, out, OC, scratch);
 }
 
 void dt_linear_backward_bf16(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
