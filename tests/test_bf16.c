@@ -1,8 +1,9 @@
 /* --precision bf16's kernels (issue 17).
  *
- * - dt_round_bf16 against the wire's scalar conversion (dt_f32_to_bf16, its own
- *   test in test_compress) on special values and 2^20 random bit patterns, in
- *   place and with tails.
+ * - dt_round_bf16 and dt_round_fp16 (--precision fp16) against the wire's
+ *   scalar conversions (dt_f32_to_bf16, dt_f32_to_f16, their own test in
+ *   test_compress) on special values and 2^20 random bit patterns, in place and
+ *   with tails.
  * - dt_gemm_bf16 (AVX512-BF16; skipped, saying so, on a CPU without it) against
  *   its definition: both operands rounded, products summed in double. The
  *   products of bf16 values are exact in fp32, so the only difference is fp32
@@ -49,6 +50,8 @@ static uint32_t next(void) {
 }
 static float uniform(void) { return (float)(next() % 2000001) / 1000000.0f - 1.0f; }
 
+static void test_patterns(const char *what, void (*round)(float *, const float *, size_t), float (*conv)(float));
+
 static void test_round(void) {
     const float special[] = {0.0f, -0.0f, 1.0f, of_bits(0x3f808000u), of_bits(0x3f818000u), of_bits(0x3f808001u),
                              3.4e38f, -3.4e38f, 3.38e38f, INFINITY, -INFINITY, NAN, -NAN, of_bits(0x7f800001u),
@@ -68,20 +71,61 @@ static void test_round(void) {
     test_cond("3.4e38 overflows to inf", isinf(out[6]) && out[6] > 0);
     test_cond("NaN stays NaN", isnan(out[11]) && isnan(out[13]));
 
+    test_patterns("bf16", dt_round_bf16, wire);
+}
+
+/* Equal bits, or both NaN (fp16's conversion gives the canonical NaN, the
+ * rounding keeps the payload: both are NaN, as a half has fewer payload bits). */
+static int same_value(float a, float b) { return bits(a) == bits(b) || (isnan(a) && isnan(b)); }
+
+/* 2^20 random bit patterns through round (lengths 0..39 across the 16-wide
+ * tail, the whole array, in place) against the scalar conversion there and back. */
+static void test_patterns(const char *what, void (*round)(float *, const float *, size_t), float (*conv)(float)) {
     enum { N = 1 << 20 };
     static float x[N + 7], y[N + 7];
     for (int i = 0; i < N + 7; i++) x[i] = of_bits(next() << 1 ^ next());
+    for (int i = 0; i < N + 7; i += 3) x[i] = of_bits(bits(x[i]) & 0x87ffffffu); /* a third near 1 and below */
     int bad = 0;
-    for (int n = 0; n < 40 && !bad; n++) { /* lengths across the 16-wide tail */
-        dt_round_bf16(y, x, (size_t)n);
-        for (int i = 0; i < n; i++) bad |= bits(y[i]) != bits(wire(x[i]));
+    for (int n = 0; n < 40 && !bad; n++) {
+        round(y, x, (size_t)n);
+        for (int i = 0; i < n; i++) bad |= !same_value(y[i], conv(x[i]));
     }
-    dt_round_bf16(y, x, N + 7);
-    for (int i = 0; i < N + 7; i++) bad |= bits(y[i]) != bits(wire(x[i]));
+    round(y, x, N + 7);
+    for (int i = 0; i < N + 7; i++) bad |= !same_value(y[i], conv(x[i]));
     memcpy(y, x, sizeof x);
-    dt_round_bf16(y, y, N + 7); /* in place */
-    for (int i = 0; i < N + 7; i++) bad |= bits(y[i]) != bits(wire(x[i]));
-    test_cond("2^20 random bit patterns (lengths 0..39, in place) round as the wire's conversion", !bad);
+    round(y, y, N + 7); /* in place */
+    for (int i = 0; i < N + 7; i++) bad |= !same_value(y[i], conv(x[i]));
+    char d[128];
+    snprintf(d, sizeof d, "%s: 2^20 random bit patterns (lengths 0..39, in place) round as the conversion there and back",
+             what);
+    test_cond(d, !bad);
+}
+
+static float half_wire(float x) { return dt_f16_to_f32(dt_f32_to_f16(x)); }
+
+/* dt_round_fp16 against the wire's fp16 conversion: ties, the largest half, the
+ * overflow to inf, subnormals (2^-24 steps) and their flush to zero. */
+static void test_round_fp16(void) {
+    const float special[] = {0.0f, -0.0f, 1.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 65504.0f, 65519.0f, 65520.0f,
+                             -65520.0f, 1e9f, INFINITY, -INFINITY, NAN, 0x1p-14f, 0x1p-15f, 0x1p-24f, 0x1p-25f,
+                             0x1.8p-25f, 0x1.000002p-25f, 3 * 0x1p-25f, 1e-30f, -1e-40f, 0.1f, -2.5f};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    float out[32];
+    dt_round_fp16(out, special, (size_t)ns);
+    int same = 1;
+    for (int i = 0; i < ns; i++)
+        if (!same_value(out[i], half_wire(special[i]))) {
+            same = 0;
+            printf("  round(%a) = %08x, wire %08x\n", special[i], bits(out[i]), bits(half_wire(special[i])));
+        }
+    test_cond("fp16: special values round as the wire's conversion", same);
+    test_cond("fp16: 1 + 2^-11 is a tie: rounds to 1; 1 + 3 2^-11 up to even", out[3] == 1.0f && out[4] == 1.0f + 0x1p-9f);
+    test_cond("fp16: 65504 kept, 65519 rounds to 65504, 65520 overflows to inf",
+              out[5] == 65504.0f && out[6] == 65504.0f && isinf(out[7]) && isinf(out[8]) && out[8] < 0);
+    test_cond("fp16: 2^-24 kept, 2^-25 a tie to 0, just above it to 2^-24, 3 2^-25 to 2^-23",
+              out[15] == 0x1p-24f && out[16] == 0.0f && out[18] == 0x1p-24f && out[19] == 0x1p-23f);
+    test_cond("fp16: 1e-30 flushes to zero (what loss scaling is for), NaN stays NaN", out[20] == 0.0f && isnan(out[12]));
+    test_patterns("fp16", dt_round_fp16, half_wire);
 }
 
 /* C = alpha op(A) op(B) + beta C in double from rounded operands; err[i] gets
@@ -279,6 +323,7 @@ static void test_conv_autocast(void) {
 
 int main(void) {
     test_round();
+    test_round_fp16();
     test_gemm();
     test_linear_autocast();
     test_conv_autocast();

@@ -218,6 +218,39 @@ static void test_cfg_check(void) {
     c = base; c.weight_decay = INFINITY; expect_bad(&c, "--weight-decay");
 }
 
+/* The loss scaler's rule (torch.cuda.amp.GradScaler: backoff 0.5, growth 2
+ * after `window` clean steps in a row, the count reset by an overflow), its
+ * floor at 1, the static scale and the growth that would overflow. */
+static void test_scaler(void) {
+    dt_scaler s;
+    dt_scaler_init(&s, 8.0f, 3);
+    const int inf[] = {0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0};
+    const float want[] = {8, 8, 16, 8, 8, 8, 4, 4, 4, 8, 8, 8, 16};
+    int ok = 1, applied = 0;
+    for (int i = 0; i < 13; i++) {
+        dt_scaler_verdict v = dt_scaler_update(&s, inf[i]);
+        ok &= s.scale == want[i] && (v == DT_SCALER_APPLY) == !inf[i];
+        applied += v == DT_SCALER_APPLY;
+    }
+    test_cond("scaler: halves on an overflow, doubles after 3 clean steps in a row (the count restarts at an overflow)",
+              ok && applied == 11 && s.skipped == 2 && s.grown == 3);
+    dt_scaler_init(&s, 2.0f, 5);
+    dt_scaler_verdict v1 = dt_scaler_update(&s, true), v2 = dt_scaler_update(&s, true);
+    test_cond("scaler: not below 1; an overflow at 1 is STUCK", v1 == DT_SCALER_SKIP && s.scale == 1.0f && v2 == DT_SCALER_STUCK);
+    dt_scaler_init(&s, 1024.0f, 0);
+    int skips = 0;
+    dt_scaler_verdict v = DT_SCALER_APPLY;
+    for (int i = 0; i < 10; i++) dt_scaler_update(&s, false);
+    dt_scaler_update(&s, true);
+    dt_scaler_update(&s, false); /* a clean step restarts the count */
+    while ((v = dt_scaler_update(&s, true)) == DT_SCALER_SKIP) skips++;
+    test_cond("scaler: a static scale never changes; 64 overflows in a row are STUCK",
+              s.scale == 1024.0f && s.grown == 0 && v == DT_SCALER_STUCK && skips == DT_SCALER_MAX_STATIC_SKIPS - 1);
+    dt_scaler_init(&s, 0x1p127f, 1);
+    dt_scaler_update(&s, false);
+    test_cond("scaler: growth stops short of inf", s.scale == 0x1p127f && s.grown == 0);
+}
+
 int main(void) {
     dt_status st = dt_st_open("fixtures/optim.safetensors", &g_fx);
     if (st != DT_OK) {
@@ -244,6 +277,7 @@ int main(void) {
     test_slices(DT_OPTIM_ADAMW, 0.0f, false, "adamw");
     test_per_slice_wd();
     test_cfg_check();
+    test_scaler();
 
     dt_free(g_p0);
     dt_free(g_grads);

@@ -39,6 +39,10 @@ path bf16_gpt_tp -n 2 --tp 2 --precision bf16 $GPT
 # (the CNN's bf16 path runs in test_precision: here its evaluation of the 10000 test
 # images alone would outlast the watchdog)
 path bf16_emulated_zero1 -n 2 --zero 1 --precision bf16-emulated $MLP
+# --precision fp16: the rounding, the scaler's drop on an overflow, its checkpoint and resume
+path fp16_z2_overflow -n 2 --zero 2 --precision fp16 --inject overflow:rank=1:step=2 $MLP --ckpt-dir "$tmp/ck16" --ckpt-every 3
+path fp16_resume --precision fp16 $MLP --steps 8 --resume "$tmp/ck16/ckpt-0000000003"
+path fp16_gpt --precision fp16 $GPT
 path tp_pp_mlp -n 4 --tp 2 --pp 2 --micro-batches 2 $MLP --ckpt-dir "$tmp/cktp" --ckpt-every 3
 path tp_resume_dp -n 2 $MLP --resume "$tmp/cktp/ckpt-0000000003"
 # ---- model descriptions: llama (rmsnorm, swiglu, rope, gqa) under tp x pp; batch norm,

@@ -41,6 +41,8 @@ typedef struct dt_ckpt_state {
     int batch;               /* global batch */
     dt_optim_kind optim;
     int n_states;            /* optimizer state tensors per parameter: 0, 1 or 2 */
+    float loss_scale;        /* --precision fp16: the next step's loss scale (0: none written) */
+    int64_t scale_clean;     /* --precision fp16: clean steps towards its next doubling */
     char config[2048];       /* the run's flags as JSON text (informational) */
 } dt_ckpt_state;
 

@@ -32,8 +32,10 @@ typedef enum { DT_MODEL_MLP, DT_MODEL_CNN, DT_MODEL_GPT, DT_MODEL_FILE, DT_MODEL
  * autocast for matmul and convolution); parameters, gradients, optimizer state
  * and everything else stay fp32 (docs/PRECISION.md). BF16 multiplies linears'
  * operands with AVX512-BF16 where the CPU has it; BF16_EMULATED never does (the
- * same products, summed in another order: what a CPU without it runs). */
-typedef enum { DT_PRECISION_FP32, DT_PRECISION_BF16, DT_PRECISION_BF16_EMULATED } dt_precision;
+ * same products, summed in another order: what a CPU without it runs). FP16
+ * rounds the operands to IEEE half instead (range 2^-24..65504, emulated on any
+ * CPU), which needs the trainer's dynamic loss scaling (dt_scaler). */
+typedef enum { DT_PRECISION_FP32, DT_PRECISION_BF16, DT_PRECISION_BF16_EMULATED, DT_PRECISION_FP16 } dt_precision;
 
 typedef struct dt_model_cfg {
     dt_model_kind kind;

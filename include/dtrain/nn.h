@@ -310,10 +310,14 @@ void dt_mse_backward(float *dpred,        /* (N, D) or NULL */
                      const float *target, /* (N, D) */
                      float scale, int N, int D);
 
-/* ---- bf16 operands ------------------------------------------------------------
+/* ---- bf16 and fp16 operands ------------------------------------------------------------
  * dst[i] = src[i] rounded to bf16 precision (round to nearest even; overflow to
  * inf; NaN stays NaN), still stored as fp32. dst may equal src. */
 void dt_round_bf16(float *dst, const float *src, size_t n);
+/* dst[i] = src[i] rounded to IEEE half precision (round to nearest even; above
+ * 65504 to inf; below 2^-14 to a multiple of 2^-24, so below 2^-25 to zero; NaN
+ * stays NaN), still stored as fp32: --precision fp16's operands. dst may equal src. */
+void dt_round_fp16(float *dst, const float *src, size_t n);
 
 /* C (M, N) = alpha op(A) op(B) + beta C, row-major, op(A) (M, K) = A or, with
  * transa, A^T (A stored (K, M)); op(B) (K, N) likewise. Both operands rounded

@@ -82,6 +82,34 @@ double dt_sumsq(const float *g, size_t n);
 float dt_clip_factor(double global_norm, float max_norm);
 void dt_scale(float *g, size_t n, float s);
 
+/* ---- dynamic loss scaling (--precision fp16) ---------------------------------
+ * PyTorch's torch.cuda.amp.GradScaler: the loss, and so every gradient, is
+ * multiplied by `scale` before backward, so that small gradients survive fp16's
+ * 2^-24 floor; the gradient is divided by it again before clipping and the
+ * optimizer. A step whose gradient holds an inf or NaN on any rank (an fp16
+ * overflow) is dropped and the scale multiplied by 0.5; after `window` clean
+ * steps in a row it is multiplied by 2 (PyTorch's backoff and growth factors;
+ * scales stay powers of two when they start as one, so unscaling is exact).
+ * window 0: a static scale, never changed. A dynamic scale does not go below 1
+ * (DeepSpeed's min_loss_scale): an overflow at scale 1, or 64 in a row at a
+ * static scale, is not fp16's range but a diverging run (DT_SCALER_STUCK). */
+typedef struct dt_scaler {
+    float scale;             /* what the loss is multiplied by this step */
+    int64_t window;          /* clean steps before the scale doubles; 0: static */
+    int64_t clean;           /* clean steps since the last change or overflow */
+    int64_t in_a_row;        /* overflows in a row */
+    int64_t skipped, grown;  /* steps dropped, times the scale doubled */
+} dt_scaler;
+typedef enum { DT_SCALER_APPLY, DT_SCALER_SKIP, DT_SCALER_STUCK } dt_scaler_verdict;
+#define DT_SCALER_MAX_STATIC_SKIPS 64
+
+/* scale > 0 and finite, window >= 0. */
+void dt_scaler_init(dt_scaler *s, float scale, int64_t window);
+/* After a step's gradient was checked (found_inf: anywhere, on any rank; every
+ * rank passes the same): APPLY (unscale by 1/scale-before-the-call and step),
+ * or SKIP / STUCK (drop the update); s->scale is then the next step's scale. */
+dt_scaler_verdict dt_scaler_update(dt_scaler *s, bool found_inf);
+
 #ifdef __cplusplus
 }
 #endif

@@ -91,6 +91,9 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm);
 dt_status dt_dp_wait(dt_dp *dp);
 /* After dt_dp_wait: whether this rank's share of the reduced gradient is finite. */
 bool dt_dp_grad_finite(const dt_dp *dp);
+/* After dt_dp_wait: this rank's share of the reduced gradient times f (the
+ * loss scale's 1/S under --precision fp16, before clipping and dt_dp_step). */
+void dt_dp_scale_grad(dt_dp *dp, float f);
 /* Drops the step's gradient instead of dt_dp_step: no update, no optimizer
  * step counted, parameters unchanged (so still equal on every rank), the
  * gradient zeroed for the next backward. Every rank of the group calls it. */

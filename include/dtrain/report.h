@@ -59,6 +59,8 @@ typedef struct dt_step_info {
     double compress_ratio, encode_s, decode_s;
     int workers, servers;    /* parameter server */
     int threads;             /* Hogwild! */
+    float loss_scale;        /* --precision fp16: the next step's loss scale (0: not fp16) */
+    int64_t overflow_steps;  /* --precision fp16: steps dropped for an overflow so far */
 } dt_step_info;
 
 /* on_eval: every --eval-every steps and at the end. */

@@ -23,11 +23,14 @@ extern "C" {
  * (spike: the S-th global batch drawn, skipped ones counted, has its loss scaled
  * by X on every rank: a bad batch, which a rewind skips past) */
 typedef enum { DT_STEP_BEGIN, DT_STEP_COMPUTE } dt_step_point;
-typedef enum { DT_INJECT_CRASH, DT_INJECT_HANG, DT_INJECT_SLOW, DT_INJECT_BYZANTINE, DT_INJECT_SPIKE } dt_inject_kind;
+/* overflow (--precision fp16): rank R's gradient of step S turns inf after its
+ * backward, as an fp16 overflow would (every rank must drop the step). */
+typedef enum { DT_INJECT_CRASH, DT_INJECT_HANG, DT_INJECT_SLOW, DT_INJECT_BYZANTINE, DT_INJECT_SPIKE,
+               DT_INJECT_OVERFLOW } dt_inject_kind;
 typedef struct dt_inject {
     dt_inject_kind kind;
     int rank;
-    int64_t step;            /* 1-based step at which crash/hang happens; spike: the global batch */
+    int64_t step;            /* 1-based step at which crash/hang/overflow happens; spike: the global batch */
     float factor;            /* slow: compute takes factor times as long; byzantine scale: X; alie: Z (NaN: the
                               * paper's); spike: the scale of that batch's loss (and so of its gradient) */
     dt_byz_mode mode;        /* byzantine: what the rank sends instead of its gradient */
@@ -86,6 +89,8 @@ typedef struct dt_train_cfg {
     bool cosine;
     dt_optim_cfg optim;
     float clip;              /* max global gradient norm; 0 disables */
+    float loss_scale;        /* --precision fp16: the first (or, window 0, the fixed) loss scale [65536] */
+    int64_t loss_scale_window; /* --precision fp16: clean steps before the scale doubles; 0: static [2000] */
     uint64_t seed;
     const char *out_dir;     /* NULL: write nothing */
     const char *init;        /* weights to start from, or NULL */
@@ -176,6 +181,8 @@ typedef struct dt_train_result {
     int stop_signal;         /* the request's signal (0: none named; -1: the deadline) */
     char stop_ckpt[4096];    /* the checkpoint written at the stop ("" when there was nowhere to write) */
     int rewinds, skipped_steps; /* --on-divergence rewind / skip: how often each happened */
+    int64_t overflow_steps;  /* --precision fp16: steps dropped for an inf/NaN gradient */
+    float loss_scale;        /* --precision fp16: the scale the next step would use (0: none) */
 } dt_train_result;
 
 void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind);

@@ -120,10 +120,24 @@ static dt_status parse_counts(json_t *man, const char *mpath, dt_ckpt_state *s) 
     return DT_OK;
 }
 
+/* The loss scaler's state (--precision fp16), when written: {"scale": S in
+ * [1, 2^64], "clean": N >= 0}. */
+static dt_status parse_scale(json_t *man, const char *mpath, dt_ckpt_state *s) {
+    json_t *ls = json_object_get(man, "loss_scale");
+    if (!ls) return DT_OK;
+    json_t *sc = json_object_get(ls, "scale");
+    double v = json_is_number(sc) ? json_number_value(sc) : 0;
+    if (!(v >= 1.0 && v <= 0x1p64))
+        return dt_errorf(DT_ERR_FORMAT, "%s: manifest 'loss_scale' needs a 'scale' in [1, 2^64]", mpath);
+    s->loss_scale = (float)v;
+    return get_int(ls, "clean", mpath, 0, INT64_MAX / 4, &s->scale_clean);
+}
+
 /* The manifest's training state: counts, optimizer, layout, run config. */
 static dt_status parse_state(json_t *man, const char *mpath, dt_ckpt_state *s) {
     memset(s, 0, sizeof *s);
     dt_status st = parse_counts(man, mpath, s);
+    if (!st) st = parse_scale(man, mpath, s);
     if (st) return st;
     const char *on = json_string_value(json_object_get(man, "optim"));
     if (!on || (strcmp(on, "sgd") && strcmp(on, "adamw")))

@@ -255,6 +255,9 @@ static json_t *manifest_json(const dt_ckpt_writer *w, json_t *files) {
     json_object_set_new(man, "world", json_integer(s->world));
     json_object_set_new(man, "zero", json_integer(s->zero));
     json_object_set_new(man, "batch", json_integer(s->batch));
+    if (s->loss_scale > 0)
+        json_object_set_new(man, "loss_scale", json_pack("{s:f, s:I}", "scale", (double)s->loss_scale, "clean",
+                                                          (json_int_t)s->scale_clean));
     char lay[96];
     snprintf(lay, sizeof lay, "dp=%d,pp=%d,tp=%d", s->dp, s->pp, s->tp);
     json_object_set_new(man, "layout", json_string(lay));

@@ -418,9 +418,10 @@ static dt_status layer(walk *w, const json_t *j, const char *where, const char *
     l->ops = ty->ops;
     l->reads_batch = w->n_leaves++ == 0; /* the model's first leaf: no input gradient */
     const int prec = w->bd->m->cfg.precision;
-    l->bf16 = prec == DT_PRECISION_FP32                               ? DT_BF16_OFF
-              : prec == DT_PRECISION_BF16 && dt_gemm_bf16_available() ? DT_BF16_NATIVE
-                                                                      : DT_BF16_EMULATED;
+    l->lowp = prec == DT_PRECISION_FP32                               ? DT_LOWP_OFF
+              : prec == DT_PRECISION_FP16                             ? DT_LOWP_FP16
+              : prec == DT_PRECISION_BF16 && dt_gemm_bf16_available() ? DT_LOWP_BF16_NATIVE
+                                                                      : DT_LOWP_BF16_EMULATED;
     l->in_dim = sh->tokens ? 0 : numel(sh);
     l->rows = 1;
     for (int i = 0; i + 1 < sh->nd; i++) l->rows *= sh->d[i];

@@ -60,24 +60,25 @@ struct dt_layer {
     size_t off[4];            /* arena offsets of its tensors */
     int tp;                   /* DT_TP_NONE | COLUMN | ROW */
     bool reads_batch;         /* the first layer of the model: input is the batch */
-    int bf16;                 /* --precision bf16: DT_BF16_* (GEMM and convolution operands rounded) */
+    int lowp;                 /* --precision bf16|fp16: DT_LOWP_* (GEMM and convolution operands rounded) */
     int index;                /* position in the model's layer array */
 };
 
-/* ---- --precision bf16 -----------------------------------------------------------
- * A layer with l->bf16 multiplies its GEMM and convolution operands rounded to
- * bf16: linears through dt_gemm_bf16 where the CPU has AVX512-BF16 (NATIVE),
- * everything else on copies rounded by dt_round_bf16 in its scratch (EMULATED).
- * dt_bf16_floats says how many floats the copies of the given sizes need (0
- * without bf16); dt_bf16_operand rounds n floats of x into *at, advances *at
- * past them and returns the copy (x itself without bf16). dt_lin_forward and
- * dt_lin_backward are dt_linear_forward/backward under the layer's precision,
- * with dt_lin_floats floats of scratch at `at`. */
-enum { DT_BF16_OFF, DT_BF16_EMULATED, DT_BF16_NATIVE };
-static inline size_t dt_bf16_floats(const dt_layer *l, size_t a, size_t b, size_t c) {
-    return l->bf16 ? a + b + c : 0;
+/* ---- --precision bf16 and fp16 ---------------------------------------------------
+ * A layer with l->lowp multiplies its GEMM and convolution operands rounded to
+ * bf16 or fp16: bf16 linears through dt_gemm_bf16 where the CPU has AVX512-BF16
+ * (BF16_NATIVE), everything else on copies rounded by dt_round_bf16 or
+ * dt_round_fp16 in its scratch (BF16_EMULATED, FP16). dt_lowp_floats says how
+ * many floats the copies of the given sizes need (0 in fp32); dt_lowp_operand
+ * rounds n floats of x into *at, advances *at past them and returns the copy (x
+ * itself in fp32). dt_lin_forward and dt_lin_backward are
+ * dt_linear_forward/backward under the layer's precision, with dt_lin_floats
+ * floats of scratch at `at`. */
+enum { DT_LOWP_OFF, DT_LOWP_BF16_EMULATED, DT_LOWP_BF16_NATIVE, DT_LOWP_FP16 };
+static inline size_t dt_lowp_floats(const dt_layer *l, size_t a, size_t b, size_t c) {
+    return l->lowp ? a + b + c : 0;
 }
-const float *dt_bf16_operand(const dt_layer *l, float **at, const float *x, size_t n);
+const float *dt_lowp_operand(const dt_layer *l, float **at, const float *x, size_t n);
 size_t dt_lin_floats(const dt_layer *l, int64_t N, int IC, int OC);
 void dt_lin_forward(const dt_layer *l, float *out, const float *in, const float *w, const float *b, int N, int IC,
                     int OC, float *at);

@@ -30,35 +30,36 @@ void dt_layer_names(char *buf, size_t n) {
     }
 }
 
-const float *dt_bf16_operand(const dt_layer *l, float **at, const float *x, size_t n) {
-    if (!l->bf16) return x;
+const float *dt_lowp_operand(const dt_layer *l, float **at, const float *x, size_t n) {
+    if (!l->lowp) return x;
     float *copy = *at;
-    dt_round_bf16(copy, x, n);
+    if (l->lowp == DT_LOWP_FP16) dt_round_fp16(copy, x, n);
+    else dt_round_bf16(copy, x, n);
     *at += n;
     return copy;
 }
 
 size_t dt_lin_floats(const dt_layer *l, int64_t N, int IC, int OC) {
-    if (l->bf16 == DT_BF16_NATIVE) return dt_linear_bf16_scratch_floats((int)N, IC, OC);
-    return dt_bf16_floats(l, (size_t)N * IC, (size_t)OC * IC, (size_t)N * OC);
+    if (l->lowp == DT_LOWP_BF16_NATIVE) return dt_linear_bf16_scratch_floats((int)N, IC, OC);
+    return dt_lowp_floats(l, (size_t)N * IC, (size_t)OC * IC, (size_t)N * OC);
 }
 
 void dt_lin_forward(const dt_layer *l, float *out, const float *in, const float *w, const float *b, int N, int IC,
                     int OC, float *at) {
-    if (l->bf16 == DT_BF16_NATIVE) {
+    if (l->lowp == DT_LOWP_BF16_NATIVE) {
         dt_linear_forward_bf16(out, in, w, b, N, IC, OC, at);
         return;
     }
-    const float *x = dt_bf16_operand(l, &at, in, (size_t)N * IC);
-    dt_linear_forward(out, x, dt_bf16_operand(l, &at, w, (size_t)OC * IC), b, N, IC, OC);
+    const float *x = dt_lowp_operand(l, &at, in, (size_t)N * IC);
+    dt_linear_forward(out, x, dt_lowp_operand(l, &at, w, (size_t)OC * IC), b, N, IC, OC);
 }
 
 void dt_lin_backward(const dt_layer *l, float *din, float *dw, float *db, const float *dout, const float *in,
                      const float *w, int N, int IC, int OC, float *at) {
-    if (l->bf16 == DT_BF16_NATIVE) {
+    if (l->lowp == DT_LOWP_BF16_NATIVE) {
         dt_linear_backward_bf16(din, dw, db, dout, in, w, N, IC, OC, at);
         return;
     }
-    const float *x = dt_bf16_operand(l, &at, in, (size_t)N * IC), *wr = dt_bf16_operand(l, &at, w, (size_t)OC * IC);
-    dt_linear_backward(din, dw, db, dt_bf16_operand(l, &at, dout, (size_t)N * OC), x, wr, N, IC, OC);
+    const float *x = dt_lowp_operand(l, &at, in, (size_t)N * IC), *wr = dt_lowp_operand(l, &at, w, (size_t)OC * IC);
+    dt_linear_backward(din, dw, db, dt_lowp_operand(l, &at, dout, (size_t)N * OC), x, wr, N, IC, OC);
 }

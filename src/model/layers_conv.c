@@ -19,22 +19,22 @@ static dt_conv2d_dims cdims(const dt_layer *l, int B) {
 }
 
 /* Scratch: the fused ReLU's masked gradient (backward), the kernel's, then under
- * bf16 the rounded copies of input, weight and output gradient. */
+ * bf16/fp16 the rounded copies of input, weight and output gradient. */
 static size_t conv_base(const dt_layer *l, int B) {
     dt_conv2d_dims d = cdims(l, B);
     return dt_conv2d_scratch_floats(&d) + (l->ops->uses_out ? (size_t)B * l->out_dim : 0);
 }
 static size_t conv_wsize(const dt_layer *l) { return (size_t)l->d[3] * l->d[0] * l->d[4] * l->d[4]; }
 static size_t conv_scratch(const dt_layer *l, int B) {
-    return conv_base(l, B) + dt_bf16_floats(l, (size_t)B * l->in_dim, conv_wsize(l), (size_t)B * l->out_dim);
+    return conv_base(l, B) + dt_lowp_floats(l, (size_t)B * l->in_dim, conv_wsize(l), (size_t)B * l->out_dim);
 }
 
 static void conv_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
                          float *scratch) {
     dt_conv2d_dims d = cdims(l, c->batch->B);
     float *at = scratch + conv_base(l, c->batch->B);
-    const float *x = dt_bf16_operand(l, &at, in, (size_t)c->batch->B * l->in_dim);
-    const float *w = dt_bf16_operand(l, &at, c->P + l->off[0], conv_wsize(l));
+    const float *x = dt_lowp_operand(l, &at, in, (size_t)c->batch->B * l->in_dim);
+    const float *w = dt_lowp_operand(l, &at, c->P + l->off[0], conv_wsize(l));
     dt_conv2d_forward(out, scratch, x, w, l->d[7] ? c->P + l->off[1] : NULL, &d);
     if (l->ops->uses_out) dt_relu_forward(out, out, (size_t)c->batch->B * l->out_dim);
 }
@@ -51,9 +51,9 @@ static void conv_backward(const dt_layer *l, const dt_lctx *c, const float *in, 
         cscratch = scratch + n;
     }
     float *at = scratch + conv_base(l, c->batch->B);
-    const float *x = dt_bf16_operand(l, &at, in, (size_t)c->batch->B * l->in_dim);
-    const float *w = dt_bf16_operand(l, &at, c->P + l->off[0], conv_wsize(l));
-    dpre = dt_bf16_operand(l, &at, dpre, (size_t)c->batch->B * l->out_dim);
+    const float *x = dt_lowp_operand(l, &at, in, (size_t)c->batch->B * l->in_dim);
+    const float *w = dt_lowp_operand(l, &at, c->P + l->off[0], conv_wsize(l));
+    dpre = dt_lowp_operand(l, &at, dpre, (size_t)c->batch->B * l->out_dim);
     dt_conv2d_backward(din, c->G + l->off[0], l->d[7] ? c->G + l->off[1] : NULL, cscratch, dpre, x, w, &d);
 }
 

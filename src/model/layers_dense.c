@@ -16,7 +16,7 @@ static int64_t N_of(const dt_layer *l, const dt_lctx *c) { return (int64_t)c->ba
 
 /* ---- linear: d = {IC, OC, bias, parts} (local sizes); off = {weight, bias} ---- */
 
-/* Scratch: the fused ReLU's masked gradient (N, OC), then dt_lin_floats (bf16). */
+/* Scratch: the fused ReLU's masked gradient (N, OC), then dt_lin_floats (bf16/fp16). */
 static size_t lin_scratch(const dt_layer *l, int B) {
     const int64_t N = (int64_t)B * l->rows;
     return (l->ops->uses_out ? (size_t)N * (size_t)l->d[1] : 0) + dt_lin_floats(l, N, l->d[0], l->d[1]);
@@ -226,7 +226,7 @@ static size_t att_saved(const dt_layer *l, int B) {
     size_t att = (size_t)B * l->d[2] * l->d[0] * l->d[0];
     return att_gqa(l) && l->d[5] ? ((att + 15) & ~(size_t)15) + att_qkv(l, B) : att;
 }
-/* The kernels' scratch, then under bf16 the rounded copies of q, k, v (the input,
+/* The kernels' scratch, then under bf16/fp16 the rounded copies of q, k, v (the input,
  * after rotation) and of the output gradient. */
 static size_t att_kernel_scratch(const dt_layer *l, int B) {
     if (att_gqa(l))
@@ -234,7 +234,7 @@ static size_t att_kernel_scratch(const dt_layer *l, int B) {
     return dt_attention_scratch_floats(B, l->d[0], l->d[1], l->d[2]);
 }
 static size_t att_scratch(const dt_layer *l, int B) {
-    return att_kernel_scratch(l, B) + dt_bf16_floats(l, (size_t)B * l->in_dim, (size_t)B * l->out_dim, 0);
+    return att_kernel_scratch(l, B) + dt_lowp_floats(l, (size_t)B * l->in_dim, (size_t)B * l->out_dim, 0);
 }
 
 static void gqa_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved, float *at) {
@@ -246,7 +246,7 @@ static void gqa_forward(const dt_layer *l, const dt_lctx *c, const float *in, fl
         dt_rope_apply(rot, B, T, NH + NKV, HS, (size_t)(NH + 2 * NKV) * HS, l->f[0], +1);
         qkv = rot;
     }
-    qkv = dt_bf16_operand(l, &at, qkv, att_qkv(l, B));
+    qkv = dt_lowp_operand(l, &at, qkv, att_qkv(l, B));
     dt_attention_gqa_forward(out, saved, qkv, B, T, NH, NKV, HS);
 }
 
@@ -255,8 +255,8 @@ static void gqa_backward(const dt_layer *l, const dt_lctx *c, const float *in, c
     int B = c->batch->B, T = l->d[0], NH = l->d[2], NKV = l->d[3], HS = l->d[4];
     const float *qkv = l->d[5] ? saved + (att_saved(l, B) - att_qkv(l, B)) : in;
     float *at = scratch + att_kernel_scratch(l, B);
-    qkv = dt_bf16_operand(l, &at, qkv, att_qkv(l, B));
-    dout = dt_bf16_operand(l, &at, dout, (size_t)B * l->out_dim);
+    qkv = dt_lowp_operand(l, &at, qkv, att_qkv(l, B));
+    dout = dt_lowp_operand(l, &at, dout, (size_t)B * l->out_dim);
     if (!l->d[5]) {
         dt_attention_gqa_backward(din, scratch, dout, qkv, saved, B, T, NH, NKV, HS);
         return;
@@ -278,7 +278,7 @@ static void att_forward(const dt_layer *l, const dt_lctx *c, const float *in, fl
         gqa_forward(l, c, in, out, saved, at);
         return;
     }
-    in = dt_bf16_operand(l, &at, in, (size_t)B * l->in_dim);
+    in = dt_lowp_operand(l, &at, in, (size_t)B * l->in_dim);
     dt_attention_forward(out, saved, in, B, l->d[0], l->d[1], l->d[2]);
 }
 
@@ -291,8 +291,8 @@ static void att_backward(const dt_layer *l, const dt_lctx *c, const float *in, c
     }
     int B = c->batch->B;
     float *at = scratch + att_kernel_scratch(l, B);
-    in = dt_bf16_operand(l, &at, in, (size_t)B * l->in_dim);
-    dout = dt_bf16_operand(l, &at, dout, (size_t)B * l->out_dim);
+    in = dt_lowp_operand(l, &at, in, (size_t)B * l->in_dim);
+    dout = dt_lowp_operand(l, &at, dout, (size_t)B * l->out_dim);
     dt_attention_backward(din, scratch, dout, in, saved, B, l->d[0], l->d[1], l->d[2]);
 }
 

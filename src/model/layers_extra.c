@@ -108,7 +108,7 @@ static dt_status gap_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_sha
 /* ---- swiglu MLP: d = {C, F (local)}; off = {gate, up, down}; saved gate, up, h ------ */
 
 static size_t swi_saved(const dt_layer *l, int B) { return 3 * r16((size_t)B * l->rows * l->d[1]); }
-/* Scratch: dh, dg, du (backward), then dt_lin_floats for the larger GEMM (bf16). */
+/* Scratch: dh, dg, du (backward), then dt_lin_floats for the larger GEMM (bf16/fp16). */
 static size_t swi_scratch(const dt_layer *l, int B) {
     const int64_t N = (int64_t)B * l->rows;
     size_t a = dt_lin_floats(l, N, l->d[0], l->d[1]), b = dt_lin_floats(l, N, l->d[1], l->d[0]);

@@ -491,11 +491,7 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
         double norm = sqrt(ss);
         if (gnorm) *gnorm = norm;
         float f = dt_clip_factor(norm, max_norm);
-        if (max_norm > 0 && f < 1.0f) {
-            if (dp->cfg.zero == 2) dt_scale(dp->gshard, dp->shard, f);
-            else
-                for (int k = 0; k < dp->nb; k++) dt_scale(m->g + dp->b[k].own_off, dp->b[k].own_len, f);
-        }
+        if (max_norm > 0 && f < 1.0f) dt_dp_scale_grad(dp, f);
     }
     if (dp->compress_now) dp->stats.compressed_steps++;
     dt_optim_begin_step(dp->opt);
@@ -540,6 +536,12 @@ bool dt_dp_grad_finite(const dt_dp *dp) {
         ss += dt_sumsq(dp->cfg.zero == 2 ? dp->gshard + b->state_off : m->g + b->own_off, b->own_len);
     }
     return isfinite(ss);
+}
+
+void dt_dp_scale_grad(dt_dp *dp, float f) {
+    if (dp->cfg.zero == 2) dt_scale(dp->gshard, dp->shard, f);
+    else
+        for (int k = 0; k < dp->nb; k++) dt_scale(dp->m->g + dp->b[k].own_off, dp->b[k].own_len, f);
 }
 
 dt_status dt_dp_discard(dt_dp *dp) {

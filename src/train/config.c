@@ -24,6 +24,8 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->eval_max = 256;
     c->cosine = true;
     c->accum = 1;
+    c->loss_scale = 65536.0f;     /* PyTorch GradScaler's init_scale and growth_interval */
+    c->loss_scale_window = 2000;
     c->timeout = 60.0;
     c->ckpt_keep = 3;
     c->diverge = (dt_diverge_cfg){.mode = DT_DIVERGE_STOP, .back = 100, .skip = 200, .window = 50, .max_rewinds = 10};
@@ -94,6 +96,32 @@ static dt_status check_stopping(const dt_train_cfg *c) {
     if (!(d->z >= 0) || !isfinite(d->z)) return dt_errorf(DT_ERR_INVALID, "--spike-z must be >= 0 (0: the default)");
     if (d->max_rewinds < 0) return dt_errorf(DT_ERR_INVALID, "--max-rewinds must be >= 0");
     if (c->deadline < 0 || !isfinite(c->deadline)) return dt_errorf(DT_ERR_INVALID, "the deadline must be a time on dt_now()'s clock");
+    return DT_OK;
+}
+
+/* --precision fp16 and its loss scale: the synchronous strategies only (every
+ * rank must agree on dropping a step), and no error feedback (its residual
+ * would keep an overflowed step's inf, in the loss scale's units). */
+static dt_status check_precision(const dt_train_cfg *c) {
+    bool fp16 = c->model.precision == DT_PRECISION_FP16;
+    if (!(c->loss_scale >= 1.0f && c->loss_scale <= 0x1p64f))
+        return dt_errorf(DT_ERR_INVALID, "--loss-scale %g must be in [1, 2^64]", (double)c->loss_scale);
+    if (c->loss_scale_window < 0) return dt_errorf(DT_ERR_INVALID, "--loss-scale-window must be >= 0 (0: a static scale)");
+    if (!fp16 && (c->loss_scale != 65536.0f || c->loss_scale_window != 2000))
+        return dt_errorf(DT_ERR_INVALID, "--loss-scale and --loss-scale-window are for --precision fp16 (bf16 and fp32 have "
+                         "fp32's range and need no scaling)");
+    for (int i = 0; i < c->n_inject && !fp16; i++)
+        if (c->inject[i].kind == DT_INJECT_OVERFLOW)
+            return dt_errorf(DT_ERR_INVALID, "--inject overflow tests the fp16 loss scaler: add --precision fp16");
+    if (!fp16) return DT_OK;
+    if (c->strategy == DT_STRATEGY_PS || c->strategy == DT_STRATEGY_HOGWILD)
+        return dt_errorf(DT_ERR_INVALID, "--precision fp16 drops a step on every rank when any gradient overflows, which "
+                         "needs the synchronous strategies (sync, localsgd:H): use --precision bf16 with --strategy %s",
+                         c->strategy == DT_STRATEGY_PS ? "ps" : "hogwild");
+    if (c->dp.comp.comp.kind != DT_COMP_NONE && dt_gc_cfg_uses_ef(&c->dp.comp))
+        return dt_errorf(DT_ERR_INVALID, "--precision fp16 with error feedback (on for --compress int8, topk, sign and "
+                         "powersgd): its residual would keep an overflowed step's inf; add --error-feedback off, or "
+                         "use --compress fp16|bf16, or --precision bf16");
     return DT_OK;
 }
 
@@ -188,6 +216,7 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->dp.comp.warmup < 0) return dt_errorf(DT_ERR_INVALID, "--compress-warmup must be >= 0");
     if ((c->ckpt_every > 0 && (!c->ckpt_dir || c->ckpt_stop_only)) || (c->resume && strcmp(c->resume, "auto") == 0 && !c->ckpt_dir))
         return dt_errorf(DT_ERR_INVALID, "--ckpt-every and --resume auto need --ckpt-dir DIR");
+    if ((st = check_precision(c))) return st;
     return check_stopping(c);
 }
 

@@ -24,8 +24,9 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
     else if (kl == 4 && strncmp(spec, "slow", 4) == 0) out->kind = DT_INJECT_SLOW;
     else if (kl == 9 && strncmp(spec, "byzantine", 9) == 0) out->kind = DT_INJECT_BYZANTINE;
     else if (kl == 5 && strncmp(spec, "spike", 5) == 0) out->kind = DT_INJECT_SPIKE;
+    else if (kl == 8 && strncmp(spec, "overflow", 8) == 0) out->kind = DT_INJECT_OVERFLOW;
     else
-        return dt_errorf(DT_ERR_INVALID, "--inject '%s': kind must be crash, hang, slow, byzantine or spike", spec);
+        return dt_errorf(DT_ERR_INVALID, "--inject '%s': kind must be crash, hang, slow, byzantine, spike or overflow", spec);
     if (out->kind == DT_INJECT_SPIKE) {
         out->rank = 0; /* every rank scales its share of the batch */
         out->factor = 1000.0f;
@@ -92,7 +93,8 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
     }
     if (out->rank < 0) return dt_errorf(DT_ERR_INVALID, "--inject '%s': needs rank=R", spec);
     /* Every key acts: one that the kind ignores is refused, not dropped. */
-    static const char *takes[] = {"rank and step", "rank and step", "rank and factor", "rank and mode", "step and scale"};
+    static const char *takes[] = {"rank and step", "rank and step", "rank and factor", "rank and mode", "step and scale",
+                                  "rank and step"};
     bool stray = out->kind == DT_INJECT_BYZANTINE ? have_step || have_factor
                  : out->kind == DT_INJECT_SLOW     ? have_step || have_mode
                                                    : have_factor || have_mode;
@@ -109,7 +111,7 @@ dt_status dt_inject_parse(const char *spec, dt_inject *out) {
 
 /* The --inject spelling of one injection (what dt_inject_parse reads). */
 static void inject_format(const dt_inject *in, char *buf, size_t n) {
-    static const char *kinds[] = {"crash", "hang", "slow", "byzantine", "spike"};
+    static const char *kinds[] = {"crash", "hang", "slow", "byzantine", "spike", "overflow"};
     static const char *modes[] = {"signflip", "random", "scale", "alie"};
     char x[40];
     fl_format_real(in->factor, true, x, sizeof x);
@@ -328,14 +330,12 @@ static dt_status precision_parse(void *base, const char *flag, const char *s) {
     if (strcmp(s, "fp32") == 0) c->model.precision = DT_PRECISION_FP32;
     else if (strcmp(s, "bf16") == 0) c->model.precision = DT_PRECISION_BF16;
     else if (strcmp(s, "bf16-emulated") == 0) c->model.precision = DT_PRECISION_BF16_EMULATED;
-    else if (strcmp(s, "fp16") == 0)
-        return dt_errorf(DT_ERR_INVALID, "%s fp16 needs dynamic loss scaling, which is not built yet: use bf16 (the same "
-                         "exponent range as fp32, no scaling needed) or fp32", flag);
-    else return dt_errorf(DT_ERR_INVALID, "%s must be fp32, bf16 or bf16-emulated, got '%s'", flag, s);
+    else if (strcmp(s, "fp16") == 0) c->model.precision = DT_PRECISION_FP16;
+    else return dt_errorf(DT_ERR_INVALID, "%s must be fp32, bf16, bf16-emulated or fp16, got '%s'", flag, s);
     return DT_OK;
 }
 static void precision_format(const void *base, char *buf, size_t n) {
-    static const char *names[] = {"fp32", "bf16", "bf16-emulated"};
+    static const char *names[] = {"fp32", "bf16", "bf16-emulated", "fp16"};
     snprintf(buf, n, "%s", names[((const dt_train_cfg *)base)->model.precision]);
 }
 
@@ -493,10 +493,14 @@ static const dt_flag train_flags[] = {
     NUM("clip", DT_FLAG_FLOAT, clip, 0, 1e9, TR, S_OPT, "NORM", "global gradient-norm clipping, 0 = off"),
     CH("model", model, model.kind, TR | EV, S_MODEL, "mlp|cnn|gpt|NAME|FILE.json", "the model: built in, a shipped description (models/NAME.json) or your own (docs/MODELS.md); it decides the other defaults"),
     CH("hidden", hidden, model.hidden, TR, S_MODEL, "H1,H2,...", "mlp hidden sizes ('none': a linear model)"),
-    CH("precision", precision, model.precision, TR, S_MODEL, "fp32|bf16|bf16-emulated", "bf16: every GEMM and "
+    CH("precision", precision, model.precision, TR, S_MODEL, "fp32|bf16|bf16-emulated|fp16", "bf16: every GEMM and "
        "convolution multiplies its operands rounded to bf16 and sums in fp32 (PyTorch's bf16 autocast); weights, "
-       "gradients and optimizer state stay fp32; linears use AVX512-BF16 where the CPU has it, bf16-emulated never "
-       "(docs/PRECISION.md)"),
+       "gradients and optimizer state stay fp32; linears use AVX512-BF16 where the CPU has it, bf16-emulated never; "
+       "fp16: operands rounded to IEEE half (emulated) with dynamic loss scaling (docs/PRECISION.md)"),
+    NUM("loss-scale", DT_FLAG_FLOAT, loss_scale, 1, 0x1p64, TR, S_MODEL, "S", "fp16: the first loss scale (the fixed "
+        "one with --loss-scale-window 0); halved when a step's gradient overflows (the step is dropped)"),
+    INT("loss-scale-window", DT_FLAG_I64, loss_scale_window, 0, INT64_MAX / 2, TR, S_MODEL, "N", "fp16: clean steps "
+        "before the loss scale doubles; 0: a static scale"),
     CH("set", set, model.set, TR | EV, S_MODEL, "NAME=V,...", "the model description's variables (a list: V1:V2:...), docs/MODELS.md"),
     INT("n-layer", DT_FLAG_INT, model.n_layer, 1, 256, TR, S_MODEL, "L", "gpt transformer blocks"),
     INT("n-head", DT_FLAG_INT, model.n_head, 1, 256, TR, S_MODEL, "H", "gpt attention heads"),
@@ -538,7 +542,8 @@ static const dt_flag train_flags[] = {
      .help = "fault injection: crash:rank=R:step=S, hang:rank=R:step=S, slow:rank=R:factor=F, "
              "byzantine:rank=R:mode=signflip|random|scale:X|alie[:Z] (a little is enough: mean - Z std of the "
              "honest gradients, Z by default the paper's for the worker count; on the parameter server with "
-             "--consistency bsp); crash, hang and slow fire in the first attempt only, byzantine in every attempt"},
+             "--consistency bsp), overflow:rank=R:step=S (--precision fp16: that gradient turns inf); crash, hang "
+             "and slow fire in the first attempt only, byzantine in every attempt"},
     CH("strategy", strategy, strategy, TR, S_CONS, "sync|localsgd:H|hogwild|ps", "local SGD: independent steps, "
        "parameters averaged every H; hogwild: --threads T threads share one model, no locks; ps: parameter server "
        "(--servers, --consistency)"),

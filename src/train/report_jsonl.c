@@ -2,13 +2,14 @@
  * with 9 significant digits: every float exactly), flushed as it goes so a
  * crashed run keeps what it logged. Line kinds, keys in this order:
  *   step:  step, epoch, loss, lr, items_per_s, time_s, compute_s, comm_exposed_s,
- *          comm_s, bytes_sent, [compress, compress_ratio, encode_s, decode_s], ranks
+ *          comm_s, bytes_sent, [compress, compress_ratio, encode_s, decode_s], ranks,
+ *          [loss_scale, overflow_steps] (--precision fp16)
  *          (parameter server: step, loss, lr, items_per_s, time_s, workers, servers;
  *          Hogwild!: step, loss, lr, items_per_s, threads)
  *   eval:  step, test_acc, test_loss | val_loss, time_s
  *   end:   {"pipeline":true,...}, {"memory":true,...}, {"staleness":true,...},
  *          {"stopped":true,"step":S} when the run stopped on request
- *   event: event ("stop", "skip", "rewind"), step, [to_step, batches], [loss], why */
+ *   event: event ("stop", "skip", "rewind", "overflow"), step, [to_step, batches], [loss], why */
 #include "dtrain/report.h"
 #include "dtrain/train.h"
 
@@ -110,6 +111,10 @@ static dt_status on_step(void *ctx, const dt_step_info *s) {
             set_real(o, "decode_s", s->decode_s);
         }
         set_int(o, "ranks", s->ranks);
+        if (s->loss_scale > 0) {
+            set_real(o, "loss_scale", s->loss_scale);
+            set_int(o, "overflow_steps", (long long)s->overflow_steps);
+        }
     }
     return put(j, o);
 }

@@ -96,6 +96,10 @@ dt_status tr_load_checkpoint(tr_run *r, const char *path, dt_ckpt_state *s) {
     dt_status st = M && V ? load(r, path, lm, M, V, s) : dt_errorf(DT_ERR_NOMEM, "out of memory resuming from %s", path);
     dt_free(M);
     dt_free(V);
+    if (!st && r->fp16 && s->loss_scale > 0) { /* an fp16 run's scale goes on; any other starts at --loss-scale */
+        r->scaler.scale = s->loss_scale;
+        r->scaler.clean = r->scaler.window > 0 ? s->scale_clean % r->scaler.window : 0;
+    }
     return st;
 }
 

@@ -96,6 +96,8 @@ typedef struct tr_run {
     double *bal;             /* --balance dynamic: smoothed samples/s per worker (2D) */
     tr_ckpt ck;
     tr_stop stop;
+    bool fp16;               /* --precision fp16: the loss scaler runs */
+    dt_scaler scaler;
     dt_trace *trace;
     /* progress */
     int64_t start_step, total;
@@ -211,6 +213,9 @@ dt_status tr_vote(tr_run *r, double loss_d, bool grad_bad, tr_verdict *v);
  * step's loss to the window. */
 bool tr_spike(tr_run *r, const tr_verdict *v, char *why, size_t n);
 void tr_spike_push(tr_run *r, double loss);
+/* An event line for the reporters (rank 0): kind "stop", "skip", "rewind" or
+ * "overflow"; to and batches for a rewind. */
+dt_status tr_event(tr_run *r, const char *kind, int64_t step, int64_t to, int64_t batches, double loss, const char *why);
 /* --on-divergence skip: drops the step's update (collective over dp). */
 dt_status tr_skip_step(tr_run *r, int64_t step, double loss, const char *why);
 /* --on-divergence rewind: back to the newest checkpoint K steps before step,

@@ -58,9 +58,13 @@ static dt_status setup_data(tr_run *r) {
     return st;
 }
 
-/* What --precision bf16 runs on, in one line. */
-static void log_bf16(int precision) {
-    if (precision == DT_PRECISION_BF16_EMULATED)
+/* What --precision bf16 or fp16 runs on, in one line. */
+static void log_lowp(int precision) {
+    if (precision == DT_PRECISION_FP16)
+        dt_log(DT_LOG_INFO, "--precision fp16: every GEMM and convolution runs on copies of its operands rounded to "
+               "IEEE half (emulated: no CPU multiplies fp16 faster), in fp32, with dynamic loss scaling "
+               "(docs/PRECISION.md)");
+    else if (precision == DT_PRECISION_BF16_EMULATED)
         dt_log(DT_LOG_INFO, "--precision bf16-emulated: every GEMM and convolution runs on copies of its operands "
                "rounded to bf16, in fp32 (docs/PRECISION.md)");
     else if (dt_gemm_bf16_available())
@@ -83,7 +87,7 @@ static dt_status setup_model(tr_run *r) {
     dt_status st = dt_model_create(&r->m, &mcfg);
     if (st) return st;
     dt_model_init(r->m, c->seed);
-    if (c->model.precision != DT_PRECISION_FP32 && !r->quiet) log_bf16(c->model.precision);
+    if (c->model.precision != DT_PRECISION_FP32 && !r->quiet) log_lowp(c->model.precision);
     if (r->m->has_batchnorm && (c->strategy == DT_STRATEGY_PS || c->strategy == DT_STRATEGY_HOGWILD))
         return dt_errorf(DT_ERR_INVALID, "the %s has batch norm, whose running statistics the %s strategy would not keep: "
                          "use data parallelism (sync or localsgd)", dt_model_name(&c->model),

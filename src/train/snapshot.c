@@ -116,6 +116,10 @@ dt_status tr_ckpt_save(tr_run *r, int64_t step) {
     cs.tp = r->TP;
     cs.batch = c->batch;
     cs.optim = c->optim.kind;
+    if (r->fp16) {
+        cs.loss_scale = r->scaler.scale;
+        cs.scale_clean = r->scaler.clean;
+    }
     snprintf(cs.config, sizeof cs.config, "%s", c->config_json ? c->config_json : "{}");
     dt_ckpt_place at = {.replica = r->replica, .replicas = r->D, .lead = r->lead};
     dt_ckpt_extras x = {0};

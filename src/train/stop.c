@@ -166,7 +166,7 @@ void tr_spike_push(tr_run *r, double loss) {
     if (s->win_n < w) s->win_n++;
 }
 
-static dt_status event(tr_run *r, const char *kind, int64_t step, int64_t to, int64_t batches, double loss, const char *why) {
+dt_status tr_event(tr_run *r, const char *kind, int64_t step, int64_t to, int64_t batches, double loss, const char *why) {
     if (!r->lead) return DT_OK;
     dt_event_info e = {.kind = kind, .step = step, .to_step = to, .batches = batches, .loss = (float)loss, .why = why};
     return tr_report_event(r->c, &e);
@@ -189,7 +189,7 @@ dt_status tr_skip_step(tr_run *r, int64_t step, double loss, const char *why) {
     if (r->lead)
         dt_log(DT_LOG_WARN, "divergence at step %lld: %s; its update is dropped on every rank (skip %d of at most %d)",
                (long long)step, why, r->stop.recoveries, r->c->diverge.max_rewinds);
-    return event(r, "skip", step, 0, 0, loss, why);
+    return tr_event(r, "skip", step, 0, 0, loss, why);
 }
 
 dt_status tr_rewind(tr_run *r, int64_t step, double loss, const char *why) {
@@ -228,7 +228,7 @@ dt_status tr_rewind(tr_run *r, int64_t step, double loss, const char *why) {
         dt_log(DT_LOG_WARN, "divergence at step %lld: %s; rewinding to the checkpoint of step %lld and skipping %lld batches "
                "from step %lld on (rewind %d of at most %d)", (long long)step, why, (long long)to,
                (long long)c->diverge.skip, (long long)step, s->recoveries, c->diverge.max_rewinds);
-    return event(r, "rewind", step, to, c->diverge.skip, loss, why);
+    return tr_event(r, "rewind", step, to, c->diverge.skip, loss, why);
 }
 
 dt_status tr_stop_note(tr_run *r, int64_t step, int stop, double loss, bool ckpt) {
@@ -240,7 +240,7 @@ dt_status tr_stop_note(tr_run *r, int64_t step, int stop, double loss, bool ckpt
     char why[64];
     if (stop > 0) snprintf(why, sizeof why, "signal %d (%s)", stop, strsignal(stop));
     else snprintf(why, sizeof why, "%s", stop < 0 ? "the time limit" : "a stop request");
-    return event(r, "stop", step, 0, 0, loss, why);
+    return tr_event(r, "stop", step, 0, 0, loss, why);
 }
 
 dt_status tr_stop_save(tr_run *r, int64_t step, const tr_verdict *v) {

@@ -160,6 +160,7 @@ static dt_status report_window(tr_run *r, int64_t step, float lr) {
         .eta_s = (double)(r->total - step) * (now - r->t0) / (double)step,
         .compute_s = w->compute_s / n, .comm_exposed_s = w->dp.exposed_s / n, .comm_s = w->dp.comm_s / n,
         .bytes_sent = w->dp.bytes_sent / (uint64_t)w->steps, .ranks = r->n,
+        .loss_scale = r->fp16 ? r->scaler.scale : 0.0f, .overflow_steps = r->res->overflow_steps,
     };
     char codec[48];
     if (dt_dp_gc(r->dp)) {
@@ -196,10 +197,11 @@ static dt_status maybe_evaluate(tr_run *r, int64_t step) {
 }
 
 /* After the update (every mode but skip): the verdict in the loss's
- * all-reduce. A spike rewinds, or ends the run under stop. */
-static dt_status judge(tr_run *r, int64_t step, double loss_d, tr_verdict *v, bool *spike) {
+ * all-reduce (taken already when voted). A spike rewinds, or ends the run
+ * under stop. */
+static dt_status judge(tr_run *r, int64_t step, double loss_d, bool voted, tr_verdict *v, bool *spike) {
     char why[256];
-    dt_status st = tr_vote(r, loss_d, false, v);
+    dt_status st = voted ? DT_OK : tr_vote(r, loss_d, false, v);
     if (st || !(*spike = tr_spike(r, v, why, sizeof why))) return st;
     if (r->c->diverge.mode == DT_DIVERGE_REWIND) return tr_rewind(r, step, v->loss, why);
     if (!isfinite(v->loss))
@@ -209,17 +211,57 @@ static dt_status judge(tr_run *r, int64_t step, double loss_d, tr_verdict *v, bo
                      "on)", (long long)step, why);
 }
 
-/* Reduce and update, or under --on-divergence skip first the verdict (its
- * collectives waited for, the gradient's finiteness in the vote), and no
- * update when it is a spike. *voted: v holds the verdict. */
-static dt_status update(tr_run *r, int64_t step, float lr, double loss_d, tr_verdict *v, bool *voted, bool *spike) {
+/* --inject overflow: this rank's gradient of this step turns inf. */
+static bool overflow_injected(const tr_run *r, int64_t step) {
+    for (int i = 0; i < r->c->n_inject; i++) {
+        const dt_inject *in = &r->c->inject[i];
+        if (in->kind == DT_INJECT_OVERFLOW && in->rank == r->rank && in->step == step) return true;
+    }
+    return false;
+}
+
+/* --precision fp16, after the vote: an inf or NaN anywhere (an fp16 overflow)
+ * drops the step on every rank and halves the scale (*dropped); else the
+ * gradient is unscaled for clipping and the optimizer. */
+static dt_status unscale(tr_run *r, int64_t step, const tr_verdict *v, bool *dropped) {
+    float s = r->scaler.scale;
+    dt_scaler_verdict sv = dt_scaler_update(&r->scaler, v->grad_bad);
+    if (sv == DT_SCALER_APPLY) {
+        dt_dp_scale_grad(r->dp, 1.0f / s);
+        return DT_OK;
+    }
+    *dropped = true;
+    if (sv == DT_SCALER_STUCK)
+        return dt_errorf(DT_ERR_INVALID, "the gradient is inf or NaN at step %lld with the loss scale at %g (%lld "
+                         "overflows in a row): not fp16's range but a diverging run; lower --lr, set --clip, or try "
+                         "--precision bf16", (long long)step, (double)s, (long long)r->scaler.in_a_row);
+    r->res->overflow_steps++;
+    char why[96];
+    snprintf(why, sizeof why, "fp16 overflow: loss scale %g -> %g", (double)s, (double)r->scaler.scale);
+    if (r->lead)
+        dt_log(DT_LOG_INFO, "fp16: the gradient of step %lld overflowed; its update is dropped on every rank and the "
+               "loss scale goes %g -> %g", (long long)step, (double)s, (double)r->scaler.scale);
+    dt_status st = dt_dp_discard(r->dp);
+    return st ? st : tr_event(r, "overflow", step, 0, 0, v->loss, why);
+}
+
+/* Reduce and update, or under --on-divergence skip and --precision fp16 first
+ * the verdict (its collectives waited for, the gradient's finiteness in the
+ * vote), and no update when it is a spike (*spike) or an fp16 overflow
+ * (*dropped). *voted: v holds the verdict. */
+static dt_status update(tr_run *r, int64_t step, float lr, double loss_d, tr_verdict *v, bool *voted, bool *spike,
+                        bool *dropped) {
     char why[256];
     dt_status st = DT_OK;
-    *voted = r->c->diverge.mode == DT_DIVERGE_SKIP;
-    *spike = false;
+    *voted = r->c->diverge.mode == DT_DIVERGE_SKIP || r->fp16;
+    *spike = *dropped = false;
     if (*voted) {
-        if ((st = dt_dp_wait(r->dp)) || (st = tr_vote(r, loss_d, !dt_dp_grad_finite(r->dp), v))) return st;
-        if ((*spike = tr_spike(r, v, why, sizeof why))) return tr_skip_step(r, step, v->loss, why);
+        if ((st = dt_dp_wait(r->dp))) return st;
+        if (r->fp16 && overflow_injected(r, step)) dt_dp_scale_grad(r->dp, INFINITY);
+        if ((st = tr_vote(r, loss_d, !dt_dp_grad_finite(r->dp), v))) return st;
+        if (r->fp16 && ((st = unscale(r, step, v, dropped)) || *dropped)) return st;
+        if (r->c->diverge.mode == DT_DIVERGE_SKIP && (*spike = tr_spike(r, v, why, sizeof why)))
+            return tr_skip_step(r, step, v->loss, why);
     }
     return reduce_update(r, step, lr);
 }
@@ -239,20 +281,23 @@ static dt_status step(tr_run *r, int64_t step) {
     dt_loader_skip(&r->ld, c->batch, tr_skip_at(r, step));
     dt_loader_next(&r->ld, c->batch, &local_n, &global_n);
     double loss = 0, bwd_s = 0;
-    float scale = loss_scale(r, local_n, global_n) * tr_spike_scale(r, step);
+    float ls = r->fp16 ? r->scaler.scale : 1.0f; /* the loss scale; the loss is reported without it */
+    float scale = loss_scale(r, local_n, global_n) * tr_spike_scale(r, step) * ls;
     dt_status st = forward_backward(r, step, local_n, scale, &loss, &bwd_s);
     if (st) return st;
+    loss /= ls;
     t[1] = dt_now();
     float lr = dt_lr_at(&r->sched, step - 1);
     tr_verdict v;
-    bool voted, spike;
+    bool voted, spike, dropped;
     double loss_d = loss_share(r, local_n, global_n, loss);
-    if ((st = update(r, step, lr, loss_d, &v, &voted, &spike))) return st;
+    if ((st = update(r, step, lr, loss_d, &v, &voted, &spike, &dropped))) return st;
     t[2] = dt_now();
     if (r->trace) dt_trace_event(r->trace, "optimizer", DT_TRACE_COMPUTE, t[1], t[2], step, -1);
-    if (!voted && ((st = judge(r, step, loss_d, &v, &spike)) || spike)) return st; /* spike: rewound */
+    if (r->c->diverge.mode != DT_DIVERGE_SKIP && !dropped && ((st = judge(r, step, loss_d, voted, &v, &spike)) || spike))
+        return st; /* spike: rewound */
     if ((st = tr_ckpt_maybe_save(r, step))) return st;
-    if (!spike) tr_spike_push(r, v.loss);
+    if (!spike && !dropped) tr_spike_push(r, v.loss);
     if ((st = account(r, local_n, global_n, spike ? NAN : v.loss, t, bwd_s, slept))) return st;
     tr_stop_timed(r, dt_now() - t[0], r->ck.w);
     if ((st = report_window(r, step, lr))) return st;
@@ -282,6 +327,9 @@ static void log_start(const tr_run *r) {
                r->robcfg.agg.nnm ? " after nearest-neighbour mixing" : "", r->D,
                dt_robust_momentum(r->rob) ? "momenta (worker momentum)" : "gradients");
     if (r->start_step > 0) dt_log(DT_LOG_INFO, "resumed at step %lld of %lld", (long long)r->start_step, (long long)r->total);
+    if (r->fp16 && r->lead)
+        dt_log(DT_LOG_INFO, "fp16 loss scale %g, %s", (double)r->scaler.scale,
+               r->scaler.window ? "halved on an overflow, doubled after --loss-scale-window clean steps" : "static");
 }
 
 /* Rank 0's reporters start (they may open files); every rank learns whether
@@ -309,6 +357,8 @@ static dt_status begin(tr_run *r) {
     const dt_train_cfg *c = r->c;
     dt_status st = DT_OK;
     r->ck.last_step = -1;
+    r->fp16 = c->model.precision == DT_PRECISION_FP16;
+    dt_scaler_init(&r->scaler, c->loss_scale, c->loss_scale_window); /* a resume may set it */
     if ((st = tr_setup_strategy(r)) || (st = tr_ckpt_storage(r, true))) return st;
     if (c->diverge.mode == DT_DIVERGE_REWIND && r->ck.net)
         return dt_errorf(DT_ERR_INVALID, "--on-divergence rewind reloads checkpoints during the run: it needs a --ckpt-dir "
@@ -383,6 +433,7 @@ static dt_status finish(tr_run *r) {
     res->steps = res->stopped_at >= 0 ? res->stopped_at : r->total;
     res->test_acc = r->acc;
     res->eval_loss = r->eloss;
+    res->loss_scale = r->fp16 ? r->scaler.scale : 0.0f;
     res->items_per_s = (double)r->all_items / (res->seconds > 1e-9 ? res->seconds : 1e-9);
     dt_dp_memory(r->dp, &res->mem);
     res->mem.optim_bytes += dt_robust_state_bytes(r->rob); /* the worker's momentum is its optimizer state */

@@ -315,6 +315,9 @@ static void print_summary(const dt_train_cfg *cfg, const dt_train_result *r, int
                size, cfg->dp.zero, r->mem.param_bytes / 1e6, r->mem.grad_bytes / 1e6,
                r->mem.optim_bytes / 1e6, 100.0 * ov);
     }
+    if (r->loss_scale > 0)
+        printf(" (fp16: %lld overflowed step%s dropped, loss scale now %g)", (long long)r->overflow_steps,
+               r->overflow_steps == 1 ? "" : "s", (double)r->loss_scale);
     printf("\n");
     fflush(stdout);
 }
