@@ -71,6 +71,15 @@ if run whole $W --steps 20 && run first $W --steps 10 --ckpt-dir "$tmp/ck" --ckp
     ok "the scale in the checkpoint (524288, 1 clean step); resumed at 10 = the uninterrupted run bitwise (scale at 15: $b)"
   else fail "fp16 resume: scale at 15 $a vs $b:"; grep -A3 '"loss_scale"' "$tmp/ck/ckpt-0000000010/manifest.json" | indent; fi
 fi
+# Local SGD: a dropped averaging step still averages (the checkpoint there holds
+# one worker's copy): resumed from it = the uninterrupted run, bitwise.
+L="$M --precision fp16 --strategy localsgd:4 -n 2 --inject overflow:rank=1:step=8 --momentum 0"
+run lw $L --steps 12 && run lf $L --steps 8 --ckpt-dir "$tmp/lck" --ckpt-every 4 &&
+  run lr $L --steps 12 --resume "$tmp/lck/ckpt-0000000008" && {
+  grep -q '"event":"overflow","step":8' "$tmp/lw/metrics.jsonl" &&
+    "$dt" diff "$tmp/lw/model.safetensors" "$tmp/lr/model.safetensors" > /dev/null &&
+    ok "localsgd:4, overflow at the averaging step 8: resumed there = the uninterrupted run, bitwise" ||
+    fail "localsgd overflow at an averaging step: $("$dt" diff "$tmp/lw/model.safetensors" "$tmp/lr/model.safetensors" 2>&1)"; }
 # fp16 <-> fp32 resume: the fp32 masters carry over, the scale starts afresh
 run to_fp32 $M --steps 15 --resume "$tmp/ck/ckpt-0000000010" && run fp32ck $M --steps 10 --ckpt-dir "$tmp/ck32" &&
   run to_fp16 $M --steps 15 --precision fp16 --resume "$tmp/ck32/ckpt-0000000010" && {

@@ -64,20 +64,25 @@ static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float sc
     return DT_OK;
 }
 
+/* Local SGD: the workers' parameters are averaged every H steps (optimizer
+ * state stays local), a step whose update was dropped included (checkpoints
+ * are taken at those steps and hold one worker's copy). */
+static dt_status local_average(tr_run *r, int64_t step) {
+    const dt_train_cfg *c = r->c;
+    if (!(c->strategy == DT_STRATEGY_LOCALSGD && r->D > 1 && step % c->local_h == 0)) return DT_OK;
+    double ta = dt_now();
+    dt_status st = dt_allreduce(r->dpc, r->m->w, r->m->n, DT_OP_AVG, c->dp.algo);
+    if (!st && r->trace) dt_trace_event(r->trace, "parameter average", DT_TRACE_COMPUTE, ta, dt_now(), step, -1);
+    return st;
+}
+
 /* Robust reduction (when gathered), the optimizer, local SGD's averaging and
  * the pipeline's tied tensors. */
 static dt_status reduce_update(tr_run *r, int64_t step, float lr) {
-    const dt_train_cfg *c = r->c;
     dt_status st = DT_OK;
     if (r->rob && (st = dt_robust_reduce(r->rob, r->m, step))) return st;
-    if ((st = dt_dp_step(r->dp, lr, dt_robust_momentum(r->rob) ? 0.0f : c->clip, NULL))) return st;
-    if (c->strategy == DT_STRATEGY_LOCALSGD && r->D > 1 && step % c->local_h == 0) {
-        /* Local SGD: the workers' parameters are averaged every H steps
-         * (optimizer state stays local). */
-        double ta = dt_now();
-        if ((st = dt_allreduce(r->dpc, r->m->w, r->m->n, DT_OP_AVG, c->dp.algo))) return st;
-        if (r->trace) dt_trace_event(r->trace, "parameter average", DT_TRACE_COMPUTE, ta, dt_now(), step, -1);
-    }
+    if ((st = dt_dp_step(r->dp, lr, dt_robust_momentum(r->rob) ? 0.0f : r->c->clip, NULL))) return st;
+    if ((st = local_average(r, step))) return st;
     return r->pipe ? dt_pipe_sync_tied(r->pipe) : DT_OK;
 }
 
@@ -259,9 +264,11 @@ static dt_status update(tr_run *r, int64_t step, float lr, double loss_d, tr_ver
         if ((st = dt_dp_wait(r->dp))) return st;
         if (r->fp16 && overflow_injected(r, step)) dt_dp_scale_grad(r->dp, INFINITY);
         if ((st = tr_vote(r, loss_d, !dt_dp_grad_finite(r->dp), v))) return st;
-        if (r->fp16 && ((st = unscale(r, step, v, dropped)) || *dropped)) return st;
-        if (r->c->diverge.mode == DT_DIVERGE_SKIP && (*spike = tr_spike(r, v, why, sizeof why)))
-            return tr_skip_step(r, step, v->loss, why);
+        if (r->fp16 && (st = unscale(r, step, v, dropped))) return st;
+        if (!*dropped && r->c->diverge.mode == DT_DIVERGE_SKIP && (*spike = tr_spike(r, v, why, sizeof why)) &&
+            (st = tr_skip_step(r, step, v->loss, why)))
+            return st;
+        if (*dropped || *spike) return local_average(r, step);
     }
     return reduce_update(r, step, lr);
 }
