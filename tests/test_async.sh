@@ -7,6 +7,21 @@ S="--model mlp --hidden 64,32 --batch 32 --steps 20 --lr 0.05 --momentum 0 --log
 run sync -n 2 $S && run lsgd1 -n 2 $S --strategy localsgd:1 && {
   if msg=$(close_after "$tmp/sync" "$tmp/lsgd1" 0 1e-5) && "$dt" diff "$tmp/sync/model.safetensors" "$tmp/lsgd1/model.safetensors" --rtol 1e-4 --atol 1e-6 > /dev/null; then
     ok "localsgd:1 equals synchronous SGD: $msg"; else fail "localsgd:1 vs sync: $msg"; fi; }
+# local SGD's optimizer state is each worker's own: every replica checkpoints it,
+# so a resume is exact (SGD momentum, AdamW); on another world size each worker
+# starts from their mean, said so
+for o in "--momentum 0.9" "--optim adamw --lr 0.003"; do
+  k=$(tr -dc 'a-z0-9' <<<"$o")
+  L="-n 2 --model mlp --hidden 64,32 --batch 32 --steps 12 --lr-schedule constant --log-every 1 --quiet --eval-every 0 --strategy localsgd:4 $o"
+  run "lw_$k" $L && run "lf_$k" $L --steps 8 --ckpt-dir "$tmp/lck_$k" --ckpt-every 4 &&
+    run "lr_$k" $L --resume "$tmp/lck_$k/ckpt-0000000008" && {
+    d=$("$dt" diff "$tmp/lw_$k/model.safetensors" "$tmp/lr_$k/model.safetensors" 2>&1) &&
+      ok "localsgd:4 $o resumed at step 8 = the uninterrupted run, bitwise (each worker's optimizer state)" ||
+      fail "localsgd:4 $o resume: $d"; }
+done
+run l3 ${L/-n 2/-n 3} --resume "$tmp/lck_optimadamwlr0003/ckpt-0000000008" &&
+  { grep -q "every worker's optimizer state starts from the mean of the 2 workers'" "$tmp/l3.log" &&
+    ok "localsgd on 3 workers from 2 workers' checkpoint: the mean of their optimizer states" || fail "localsgd 2 -> 3 workers"; }
 # dynamic balance keeps the mathematics of the global batch (exact averaging by sample counts)
 D="--model mlp --hidden 64,32 --batch 48 --steps 12 --lr 0.05 --log-every 1 --quiet"
 run bstatic -n 2 $D && run bdyn -n 2 $D --balance dynamic --inject slow:rank=1:factor=3 && {

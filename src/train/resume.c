@@ -77,9 +77,13 @@ static dt_status load(tr_run *r, const char *path, dt_model *lm, float *M, float
             dl.V = s->n_states >= 2 ? Vl : NULL;
         }
     }
-    dt_ckpt_part dp;
+    dt_ckpt_part dp, local;
     dt_dp_part(&dl, &dp);
     if (!st) st = dp.load(dp.ctx, path, s, &at);
+    if (!st && tr_local_state(r)) { /* each worker's own optimizer state over the shard's copy */
+        tr_local_part(r, &local);
+        st = local.load(local.ctx, path, s, &at);
+    }
     dt_free(Ml);
     dt_free(Vl);
     if (!st && r->lead)

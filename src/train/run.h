@@ -33,7 +33,8 @@ typedef struct tr_ckpt {
     bool *pmask;             /* parameters this rank writes */
     float *gbuf[4];          /* tp: local M, V; logical M, V */
     int n_parts;
-    dt_ckpt_part parts[4];   /* state owners: optimizer shard, sampler, robust aggregation, compression */
+    dt_ckpt_part parts[5];   /* state owners: optimizer shard, sampler, robust aggregation, compression,
+                              * local SGD's per-worker optimizer state */
     dt_dp_part_ctx dpp;
     struct tr_net *net;      /* ckpt_dir is each host's own: how the writers meet (ckpt_net.c) */
     int64_t last_step;       /* the step of the last snapshot taken (-1: none) */
@@ -228,6 +229,13 @@ dt_status tr_stop_save(tr_run *r, int64_t step, const tr_verdict *v);
 /* The result's stop fields (ckpt: a checkpoint of step is on disk) and the
  * event (rank 0). */
 dt_status tr_stop_note(tr_run *r, int64_t step, int stop, double loss, bool ckpt);
+
+/* ---- local_ckpt.c: local SGD's per-worker optimizer state ------------------- */
+/* Whether the run keeps one (local SGD on more than one replica). */
+bool tr_local_state(const tr_run *r);
+/* Its checkpoint part: every replica writes its own; loaded after the
+ * optimizer shard, which it overrides. */
+void tr_local_part(tr_run *r, dt_ckpt_part *part);
 
 /* ---- drivers ---------------------------------------------------------------- */
 dt_status tr_drive_sync(tr_run *r);

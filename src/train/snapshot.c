@@ -22,7 +22,7 @@ dt_status tr_gather_weights(tr_run *r) {
 }
 
 /* The state owners, in the order they write: optimizer shard, sampler,
- * robust aggregation, compression. */
+ * robust aggregation, compression, local SGD's per-worker optimizer state. */
 static void collect_parts(tr_run *r) {
     tr_ckpt *k = &r->ck;
     k->n_parts = 0;
@@ -35,6 +35,7 @@ static void collect_parts(tr_run *r) {
     }
     dt_gc *gc = dt_dp_gc(r->dp);
     if (gc) dt_gc_part(gc, &k->parts[k->n_parts++]);
+    if (tr_local_state(r)) tr_local_part(r, &k->parts[k->n_parts++]);
 }
 
 dt_status tr_ckpt_open(tr_run *r) {
@@ -43,9 +44,10 @@ dt_status tr_ckpt_open(tr_run *r) {
     tr_ckpt *k = &r->ck;
     dt_model *m = r->m;
     collect_parts(r);
-    /* Per-rank state (error-feedback residuals, worker momenta): every replica writes. */
+    /* Per-rank state (error-feedback residuals, worker momenta, local SGD's
+     * optimizer state): every replica writes. */
     dt_gc *gc = dt_dp_gc(r->dp);
-    bool own = (gc && dt_gc_error(gc)) || dt_robust_momentum(r->rob);
+    bool own = (gc && dt_gc_error(gc)) || dt_robust_momentum(r->rob) || tr_local_state(r);
     k->writers = dt_calloc((size_t)r->n, sizeof(int));
     k->pmask = dt_calloc((size_t)m->n_params + 1, sizeof(bool));
     if (!k->writers || !k->pmask) return dt_errorf(DT_ERR_NOMEM, "out of memory");
@@ -130,8 +132,10 @@ dt_status tr_ckpt_save(tr_run *r, int64_t step) {
     if (st) return st;
     dt_ckpt_extras_attach(&x, &shard);
     /* Under ZeRO-0 only replica 0 writes optimizer state (the others, writing
-     * their own residuals or momenta, hold the same copy). */
-    if ((dt_dp_gc(r->dp) || dt_robust_momentum(r->rob)) && !c->dp.zero && r->replica != 0) shard.n = 0;
+     * their own residuals or momenta, hold the same copy; under local SGD their
+     * own copies go in as extras). */
+    if ((dt_dp_gc(r->dp) || dt_robust_momentum(r->rob) || tr_local_state(r)) && !c->dp.zero && r->replica != 0)
+        shard.n = 0;
     double ts = dt_now();
     st = r->TP > 1 ? save_gathered(r, &snap) : dt_ckpt_save_async(k->w, r->m, snap.optim, &shard, k->pmask, &cs);
     if (!st && r->trace) dt_trace_event(r->trace, "checkpoint snapshot", DT_TRACE_COMPUTE, ts, dt_now(), step, -1);
