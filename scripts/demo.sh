@@ -21,3 +21,12 @@ echo "2) a small byte-level GPT on Debian's fortunes, 150 steps (random guessing
     --steps 150 --lr 2e-3 --warmup 10 --eval-max 128 --out "$out/gpt" --log-every 25
 echo
 echo "metrics are JSON lines: $out/mlp/metrics.jsonl, $out/gpt/metrics.jsonl"
+echo
+echo "3) the two runs as one page of charts (open it in a browser; no network needed):"
+"$dt" report "$out/mlp" "$out/gpt" --out "$out/report.html"
+echo
+echo "4) the same library from Python (build/python; docs/PYTHON.md):"
+echo "   PYTHONPATH=$build/python python3 -c 'import dtrain; r = dtrain.train(model=\"mlp\", steps=50, quiet=True,"
+echo "       on_step=lambda s: print(s[\"step\"], s[\"loss\"]) if s[\"step\"] % 10 == 0 else None); print(r[\"test_acc\"])'"
+PYTHONPATH="$build/python" python3 -c 'import dtrain; r = dtrain.train(model="mlp", steps=50, quiet=True,
+    on_step=lambda s: print("  ", s["step"], s["loss"]) if s["step"] % 10 == 0 else None); print("   test accuracy", r["test_acc"])'

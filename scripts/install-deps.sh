@@ -3,7 +3,7 @@
 # when everything is present it changes nothing and needs no root.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libjansson-dev
-      libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes iproute2)
+      libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes iproute2 python3-numpy chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -165,6 +165,50 @@ static void test_parts(void) {
     test_cond("extras refuse more than DT_CKPT_MAX_EXTRA", x.n == DT_CKPT_MAX_EXTRA && last == DT_ERR_INVALID);
 }
 
+/* dt_train_flags_run: the command line's flags in this process. The step
+ * callback sees every logged step's metrics line; two runs of the same flags
+ * give the same losses; a non-zero return from the callback stops the run with
+ * one line; bad flags fail with the command line's message. */
+typedef struct flag_steps {
+    int n, stop_at;
+    char last[512];
+} flag_steps;
+
+static int on_step_json(void *ctx, const char *json) {
+    flag_steps *f = ctx;
+    f->n++;
+    snprintf(f->last, sizeof f->last, "%s", json);
+    return f->stop_at && f->n >= f->stop_at ? 7 : 0;
+}
+
+static void test_flags_run(const char *dir) {
+    char out[300], summary[1024], summary2[1024];
+    snprintf(out, sizeof out, "%s/flags", dir);
+    char *argv[] = {"--model", "mlp", "--hidden", "16", "--steps", "6", "--log-every", "2", "--quiet", "--out", out};
+    flag_steps f = {0}, g = {0};
+    dt_status st = dt_train_flags_run(11, argv, 1, on_step_json, &f, summary, sizeof summary);
+    test_cond("dt_train_flags_run: trains from flags", st == DT_OK);
+    test_cond("dt_train_flags_run: 3 logged steps, each its metrics line", f.n == 3 && strstr(f.last, "\"step\":6,"));
+    test_cond("dt_train_flags_run: the summary", strstr(summary, "\"steps\":6") != NULL);
+    char path[400];
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    test_cond("dt_train_flags_run: --out gets the weights", access(path, F_OK) == 0);
+    snprintf(path, sizeof path, "%s/config.json", out);
+    test_cond("dt_train_flags_run: --out gets config.json", access(path, F_OK) == 0);
+    st = dt_train_flags_run(9, argv, 1, on_step_json, &g, summary2, sizeof summary2);
+    const char *l1 = strstr(summary, "\"final_loss\""), *l2 = strstr(summary2, "\"final_loss\"");
+    test_cond("dt_train_flags_run: the same flags, the same loss",
+              st == DT_OK && l1 && l2 && strncmp(l1, l2, strcspn(l1, ",")) == 0);
+    flag_steps h = {.stop_at = 2};
+    st = dt_train_flags_run(9, argv, 1, on_step_json, &h, NULL, 0);
+    test_cond("dt_train_flags_run: a callback's non-zero stops the run with one line",
+              st != DT_OK && h.n == 2 && strstr(dt_error_msg(), "the step callback stopped the run at step 4"));
+    char *bad[] = {"--lr", "-1"};
+    st = dt_train_flags_run(2, bad, 0, NULL, NULL, NULL, 0);
+    test_cond("dt_train_flags_run: a bad flag is the command line's message",
+              st != DT_OK && strstr(dt_error_msg(), "--lr -1 is out of range"));
+}
+
 int main(void) {
     dt_comm *self = NULL;
     if (dt_comm_self(&self)) return 1;
@@ -173,6 +217,7 @@ int main(void) {
     test_hooks(self);
     test_resume(self, dir);
     test_parts();
+    test_flags_run(dir);
     dt_comm_destroy(self);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -160,6 +160,10 @@ typedef struct dt_report_jsonl dt_report_jsonl;
 dt_status dt_report_jsonl_create(dt_report_jsonl **state, dt_reporter *r);
 dt_status dt_report_jsonl_close(dt_report_jsonl *state);
 
+/* A step's metrics.jsonl line (no newline), the keys and numbers the file
+ * gets; the caller frees it with free(). NULL: out of memory. */
+char *dt_report_step_json(const dt_step_info *s);
+
 /* Creates the --out directory dir (exists already: fine). */
 dt_status dt_report_make_dir(const char *dir);
 

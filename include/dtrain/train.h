@@ -197,6 +197,21 @@ bool dt_train_worker_momentum(const dt_train_cfg *c);
  * rank calls it; rank 0 alone calls the reporters (report.h). */
 dt_status dt_train_run(const dt_train_cfg *c, dt_comm *comm, dt_train_result *res);
 
+/* `dtrain train` from its flags (argv: the flags alone, as typed after
+ * `dtrain train`; the library's, not the launcher's -n, --threads or
+ * --supervise) in this process on one rank: the same run as the command line,
+ * bit for bit, with OUT/metrics.jsonl, model.safetensors and config.json when
+ * --out is given, and no progress line. threads: BLAS threads (hogwild: its
+ * threads); 0 leaves the BLAS's own. on_step (NULL: none) gets every logged
+ * step as the JSON text of its metrics.jsonl line; a non-zero return stops the
+ * run with an error. summary (NULL: none) gets the result as a JSON object:
+ * steps, final_loss, test_acc (-1: a language model), eval_loss, items_per_s,
+ * seconds, resumed_from, stopped_at [, loss_scale, overflow_steps]. Errors
+ * are the command line's one line (dt_error_msg). */
+typedef int (*dt_train_step_fn)(void *ctx, const char *step_json);
+dt_status dt_train_flags_run(int argc, char **argv, int threads, dt_train_step_fn on_step, void *ctx, char *summary,
+                             size_t summary_n);
+
 /* How the job ends on this rank once dt_train_run returned st (every rank
  * calls it): a multi-rank run that failed on a communication fault finds the
  * late rank (the message names it) and must be aborted; a parameter-server

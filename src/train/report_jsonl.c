@@ -84,10 +84,10 @@ static dt_status on_start(void *ctx, const dt_run_info *info) {
     return DT_OK;
 }
 
-static dt_status on_step(void *ctx, const dt_step_info *s) {
-    dt_report_jsonl *j = ctx;
-    if (!j->f) return DT_OK;
+/* The step line's object (NULL: out of memory). */
+static json_t *step_object(const dt_step_info *s) {
     json_t *o = json_object();
+    if (!o) return NULL;
     set_int(o, "step", s->step);
     if (s->strategy == DT_STRATEGY_SYNC || s->strategy == DT_STRATEGY_LOCALSGD) set_int(o, "epoch", s->epoch);
     set_real(o, "loss", s->loss);
@@ -116,7 +116,20 @@ static dt_status on_step(void *ctx, const dt_step_info *s) {
             set_int(o, "overflow_steps", (long long)s->overflow_steps);
         }
     }
-    return put(j, o);
+    return o;
+}
+
+char *dt_report_step_json(const dt_step_info *s) {
+    json_t *o = step_object(s);
+    char *t = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(o);
+    return t;
+}
+
+static dt_status on_step(void *ctx, const dt_step_info *s) {
+    dt_report_jsonl *j = ctx;
+    if (!j->f) return DT_OK;
+    return put(j, step_object(s));
 }
 
 static dt_status on_eval(void *ctx, const dt_eval_info *e) {

@@ -12,6 +12,8 @@
 int dt_cli_bench_allreduce(int argc, char **argv);
 /* dtrain plan [flags] (plan.c): argv are the flags after "plan". */
 int dt_cli_plan(int argc, char **argv);
+/* dtrain report RUN_DIR... [flags] (report.c): argv after "report". */
+int dt_cli_report(int argc, char **argv);
 /* dtrain rl [flags] (rl.c): the whole command line (it starts the launcher). */
 int dt_cli_rl(int argc, char **argv);
 /* dtrain bench allreduce --fit on c (bench_fit.c): prints the cost model's

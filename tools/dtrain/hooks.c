@@ -4,11 +4,14 @@
 
 #include "dtrain/config.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -140,14 +143,43 @@ static dt_status progress_end(void *ctx, const dt_end_info *e) {
     return DT_OK;
 }
 
+/* OUT/command: the command line as typed, shell-quoted, one line (what
+ * `dtrain report` shows beside config.json). */
+static dt_status write_command(const dt_train_cfg *c, const char *dir) {
+    json_t *j = c->config_json ? json_loads(c->config_json, 0, NULL) : NULL, *args = json_object_get(j, "argv");
+    char path[4200];
+    snprintf(path, sizeof path, "%.4000s/command", dir);
+    FILE *f = json_is_array(args) ? fopen(path, "w") : NULL;
+    if (f) {
+        size_t i;
+        json_t *a;
+        fputs("dtrain", f);
+        json_array_foreach(args, i, a) {
+            const char *s = json_string_value(a) ? json_string_value(a) : "";
+            if (*s && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,:/+@%") == strlen(s)) {
+                fprintf(f, " %s", s);
+                continue;
+            }
+            fputs(" '", f);
+            for (; *s; s++) fputs(*s == '\'' ? "'\\''" : (char[]){*s, 0}, f);
+            fputc('\'', f);
+        }
+        fputc('\n', f);
+    }
+    json_decref(j);
+    if (f && fclose(f) != 0) return dt_errorf(DT_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return DT_OK;
+}
+
 /* OUT/config.json as the run starts (rank 0, after the metrics reporter made
  * the folder): every saved flag's resolved value, so --config reruns it, even
- * a run that is then killed. */
+ * a run that is then killed; and OUT/command. */
 static dt_status config_start(void *ctx, const dt_run_info *info) {
     const cli_hooks *h = ctx;
     char path[4200];
     snprintf(path, sizeof path, "%.4000s/config.json", info->out_dir);
-    return dt_config_write_json(h->cfg, path);
+    dt_status st = dt_config_write_json(h->cfg, path);
+    return st ? st : write_command(h->cfg, info->out_dir);
 }
 
 dt_status cli_hooks_install(cli_hooks *h, dt_train_cfg *cfg, bool progress, double watchdog_s) {

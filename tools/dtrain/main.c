@@ -616,6 +616,7 @@ static const char *main_help =
     "  rl       reinforcement learning, actor ranks and a learner (cartpole); 'dtrain rl --help'\n"
     "  bench allreduce   collective bandwidth table; 'dtrain bench allreduce --help'\n"
     "  plan     predict and rank the layouts of a cluster; 'dtrain plan --help'\n"
+    "  report RUN_DIR...    one HTML page of charts comparing runs; 'dtrain report --help'\n"
     "  diff A B [--rtol R] [--atol A]   compare two weights files\n"
     "  inspect CKPT         verify every checksum of a checkpoint and print what it holds\n"
     "  export CKPT --out F  write a checkpoint's weights as a plain safetensors file\n";
@@ -634,10 +635,11 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "rl") == 0) return dt_cli_rl(argc, argv);
     if (strcmp(argv[1], "plan") == 0) return dt_cli_plan(argc - 2, argv + 2);
+    if (strcmp(argv[1], "report") == 0) return dt_cli_report(argc - 2, argv + 2);
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc - 2, argv + 2);
     if (strcmp(argv[1], "diff") == 0) return cmd_diff(argc - 2, argv + 2);
     if (strcmp(argv[1], "inspect") == 0) return cmd_inspect(argc - 2, argv + 2);
     if (strcmp(argv[1], "export") == 0) return cmd_export(argc - 2, argv + 2);
-    fprintf(stderr, "dtrain: unknown command '%s' (commands: train, eval, rl, plan, bench, diff, inspect, export; see 'dtrain --help')\n", argv[1]);
+    fprintf(stderr, "dtrain: unknown command '%s' (commands: train, eval, rl, plan, report, bench, diff, inspect, export; see 'dtrain --help')\n", argv[1]);
     return EXIT_USAGE;
 }
