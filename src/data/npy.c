@@ -83,7 +83,7 @@ static bool npy_descr(const char *d, dt_elem *t) {
     };
     char s[8];
     if (strlen(d) > 3) return false;
-    snprintf(s, sizeof s, "%s", d);
+    snprintf(s, sizeof s, "%.7s", d);
     if (s[0] == '=') s[0] = '<';
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (!strcmp(s, tab[i].s)) {

@@ -73,7 +73,7 @@ static char *inventory(const char *dir, const char *mem) {
         char tail;
         if (sscanf(e->d_name, "ckpt-%lld%c", &step, &tail) != 1) continue;
         char cdir[4200], path[4500], sstep[32];
-        snprintf(cdir, sizeof cdir, "%s/%s", dir, e->d_name);
+        snprintf(cdir, sizeof cdir, "%.3900s/%.290s", dir, e->d_name);
         snprintf(sstep, sizeof sstep, "%lld", step);
         DIR *cd = opendir(cdir);
         struct dirent *f;
@@ -121,7 +121,7 @@ static bool holds(char *const *inv, int h, long long s, const char *name, long l
 static bool plan_step(const struct tr_net *t, char *const *inv, long long s, const char *L, long long mbytes,
                       char **plan, size_t *len, size_t *cap, char *missing, size_t mn) {
     char list[16384], sstep[32];
-    snprintf(list, sizeof list, "%s,manifest.json:%lld", L, mbytes);
+    snprintf(list, sizeof list, "%.16300s,manifest.json:%lld", L, mbytes);
     snprintf(sstep, sizeof sstep, "%lld", s);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         char *colon = strrchr(tok, ':');

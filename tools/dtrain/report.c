@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +37,14 @@ typedef struct run_data {
     bool ended;
 } run_data;
 
-static int fail(const char *fmt, const char *a, const char *b) {
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "dtrain report: ");
-    fprintf(stderr, fmt, a, b);
+    vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    va_end(ap);
     return 1;
 }
 
@@ -116,12 +121,14 @@ static int read_metrics(const char *dir, run_data *d) {
     double offset = 0, last_t = 0;
     while ((len = getline(&line, &cap, f)) >= 0) {
         no++;
-        if (bad_at) break; /* a bad line with more after it */
         bool whole = len > 0 && line[len - 1] == '\n';
         json_t *o = json_loads(line, JSON_DECODE_ANY, NULL);
         if (!json_is_object(o)) {
             json_decref(o);
-            if (whole && !feof(f) && (len = getline(&line, &cap, f)) >= 0) { bad_at = no; break; }
+            if (whole && getline(&line, &cap, f) >= 0) { /* more after it: not a line cut short */
+                bad_at = no;
+                break;
+            }
             char note[96];
             snprintf(note, sizeof note, "its last line (%d) is cut short and was skipped: the run was stopped mid-line", no);
             json_array_append_new(d->notes, json_string(note));
@@ -133,16 +140,15 @@ static int read_metrics(const char *dir, run_data *d) {
     free(line);
     fclose(f);
     if (bad_at) {
-        char at[32];
-        snprintf(at, sizeof at, "%d", bad_at);
-        return fail("%s: line %s is not a JSON object (not a dtrain metrics file?)", path, at);
+        return fail("%s: line %d is not a JSON object (not a dtrain metrics file?)", path, bad_at);
     }
     json_t *r;
     size_t i;
-    json_array_foreach(d->events, i, r)
-        if (!json_object_get(r, "time_s"))
-            json_object_set_new(r, "time_s", isnan(time_at(d->rows, json_integer_value(json_object_get(r, "step"))))
-                                                 ? json_null() : json_real(time_at(d->rows, json_integer_value(json_object_get(r, "step")))));
+    json_array_foreach(d->events, i, r) {
+        if (json_object_get(r, "time_s")) continue;
+        double t = time_at(d->rows, json_integer_value(json_object_get(r, "step")));
+        json_object_set_new(r, "time_s", isnan(t) ? json_null() : json_real(t));
+    }
     return 0;
 }
 
@@ -178,7 +184,7 @@ static char *read_text(const char *path) {
 /* One run's object for the page; *ended: it logged its end. */
 static int run_json(const char *dir, json_t **out, bool *ended) {
     struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return fail("%s: no such run folder%s", dir, "");
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return fail("%s: no such run folder", dir);
     run_data d = {json_array(), json_array(), json_array(), json_object(), json_array(), 0, false};
     int rc = read_metrics(dir, &d);
     if (!rc && d.logged == 0 && json_array_size(d.evals) == 0)
@@ -248,7 +254,7 @@ static int build(char **dirs, int n, const char *out, int refresh, bool *all_end
     if (!rc && steps == 0 && refresh <= 0) {
         json_decref(data);
         return fail("%s: nothing to draw: no run has logged a step or an evaluation yet (an empty run; wait for its "
-                    "first --log-every steps, or watch it with --watch SECONDS)%s", n == 1 ? dirs[0] : "the runs", "");
+                    "first --log-every steps, or watch it with --watch SECONDS)", n == 1 ? dirs[0] : "the runs");
     }
     if (!rc) rc = write_page(out, data, *all_ended ? 0 : refresh);
     json_decref(data);
@@ -277,12 +283,12 @@ int dt_cli_report(int argc, char **argv) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
             if (*end || v < 1 || v > 3600)
-                return fail("--watch expects whole seconds in [1, 3600], got '%s'%s", argv[i], "");
+                return fail("--watch expects whole seconds in [1, 3600], got '%s'", argv[i]);
             watch = (int)v;
         } else if (argv[i][0] == '-') {
-            return fail("unknown flag '%s' (see 'dtrain report --help')%s", argv[i], "");
+            return fail("unknown flag '%s' (see 'dtrain report --help')", argv[i]);
         } else if (n == REPORT_MAX_RUNS) {
-            return fail("at most %s runs in one report%s", "64", "");
+            return fail("at most %d runs in one report", REPORT_MAX_RUNS);
         } else {
             dirs[n++] = argv[i];
         }
