@@ -8,7 +8,7 @@ CMAKE_ARGS ?=
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 
-.PHONY: all deps build test test-fast test-asan demo bench install clean
+.PHONY: all deps build test test-slow test-fast test-asan demo bench install clean
 
 all: build
 
@@ -21,12 +21,17 @@ $(BUILD)/CMakeCache.txt: | deps
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The whole suite on the optimised build, then under AddressSanitizer + UBSan
-# the suite minus the slow training-to-accuracy tests and the layout matrices,
-# with tests/test_paths.sh running every code path once in their place.
+# The suite on the optimised build (all but the "slow" label: training to
+# accuracy bars and test_stop's matrix, in test-slow), then under
+# AddressSanitizer + UBSan the suite minus the slow tests and the layout
+# matrices, with tests/test_paths.sh running every code path once in their place.
+# CI runs test and test-slow.
 test: build
-	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure
+	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure -LE slow
 	$(MAKE) --no-print-directory test-asan
+
+test-slow: build
+	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure -L slow
 
 test-fast: build
 	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure -LE slow
