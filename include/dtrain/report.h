@@ -57,6 +57,7 @@ typedef struct dt_step_info {
     int ranks;
     const char *compress;    /* codec name, or NULL when gradients are not compressed */
     double compress_ratio, encode_s, decode_s;
+    double ef_norm;          /* error feedback: the L2 norm of this rank's residual (< 0: none kept) */
     int workers, servers;    /* parameter server */
     int threads;             /* Hogwild! */
     float loss_scale;        /* --precision fp16: the next step's loss scale (0: not fp16) */

@@ -2,7 +2,7 @@
  * with 9 significant digits: every float exactly), flushed as it goes so a
  * crashed run keeps what it logged. Line kinds, keys in this order:
  *   step:  step, epoch, loss, lr, items_per_s, time_s, compute_s, comm_exposed_s,
- *          comm_s, bytes_sent, [compress, compress_ratio, encode_s, decode_s], ranks,
+ *          comm_s, bytes_sent, [compress, compress_ratio, encode_s, decode_s, [ef_norm]], ranks,
  *          [loss_scale, overflow_steps] (--precision fp16)
  *          (parameter server: step, loss, lr, items_per_s, time_s, workers, servers;
  *          Hogwild!: step, loss, lr, items_per_s, threads)
@@ -109,6 +109,7 @@ static json_t *step_object(const dt_step_info *s) {
             set_real(o, "compress_ratio", s->compress_ratio);
             set_real(o, "encode_s", s->encode_s);
             set_real(o, "decode_s", s->decode_s);
+            if (s->ef_norm >= 0) set_real(o, "ef_norm", s->ef_norm);
         }
         set_int(o, "ranks", s->ranks);
         if (s->loss_scale > 0) {

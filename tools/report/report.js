@@ -184,8 +184,9 @@
         ["optimizer", m.optim_bytes, z ? 4 * k * P / N : 4 * k * P], ["activations", m.act_bytes || 0, null]]};
     }), "formulas (Rajbhandari et al. 2020, fp32): parameters 4P, gradients 4P (ZeRO-2: 4P/N), optimizer 4kP (ZeRO-1/2: 4kP/N) for k states per parameter");
   lineChart("compress", "Compression ratio (raw / encoded bytes)", "step", "ratio",
-    runs.map(function (r) { return {run: r.name, index: r.index, points: col(r, "compress_ratio")}; }),
-    {note: "the error-feedback residual's norm is not logged by dtrain train (metrics.jsonl has no such key)"});
+    runs.map(function (r) { return {run: r.name, index: r.index, points: col(r, "compress_ratio")}; }));
+  lineChart("ef-norm", "Error feedback: the residual's L2 norm (this rank)", "step", "norm",
+    runs.map(function (r) { return {run: r.name, index: r.index, points: col(r, "ef_norm")}; }));
   lineChart("loss-scale", "fp16 loss scale", "step", "scale",
     runs.map(function (r) { return {run: r.name, index: r.index, points: col(r, "loss_scale")}; }));
   barChart("staleness", "Parameter server: staleness histogram", "pushes",
