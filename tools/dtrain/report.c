@@ -104,6 +104,7 @@ static void add_line(run_data *d, json_t *o, double *offset, double *last_t) {
     } else if (json_is_integer(json_object_get(o, "step"))) {
         json_array_append_new(d->rows, step_row(o, offset, last_t, d));
         d->logged++;
+        d->ended = false; /* steps after a stop: the run was resumed and goes on */
     }
 }
 
@@ -139,9 +140,7 @@ static int read_metrics(const char *dir, run_data *d) {
     }
     free(line);
     fclose(f);
-    if (bad_at) {
-        return fail("%s: line %d is not a JSON object (not a dtrain metrics file?)", path, bad_at);
-    }
+    if (bad_at) return fail("%s: line %d is not a JSON object (not a dtrain metrics file?)", path, bad_at);
     json_t *r;
     size_t i;
     json_array_foreach(d->events, i, r) {
