@@ -53,7 +53,8 @@ elif browse "$tmp/report.html"; then
   for r in a b d e; do [ "$(pts loss-step $r marks)" = "$(evals $r)" ] || bad="$bad evalmarks:$r"; done
   [ "$(attr loss-step)" = 5 ] && [ "$(attr loss-time)" = 5 ] && [ "$(attr eval-step)" = 5 ] || bad="$bad series-count"
   [ "$(attr loss-scale)" = 1 ] && [ "$(attr compress)" = 1 ] && [ "$(attr ef-norm)" = 1 ] && [ "$(pts ef-norm e series)" = "$(steps e)" ] &&
-    [ "$(attr staleness)" = 1 ] && [ "$(attr workers)" = 1 ] &&
+    [ "$(attr staleness)" = 1 ] && [ "$(attr workers)" = 1 ] && [ "$(attr clocks)" = 3 ] &&
+    [ "$(pts clocks c series)" = "$(steps c)" ] &&
     [ "$(attr memory)" = 4 ] || bad="$bad per-kind-charts"
   grep -q '<td>bubble\|>bubble<' "$tmp/dom.html" || bad="$bad no-bubble"
   grep -q 'class="diff"' "$tmp/dom.html" || bad="$bad no-config-diff"

@@ -144,6 +144,9 @@ dt_status dt_ps_client_join(dt_ps_client **out, dt_model *m, const char *port, c
 /* This worker's share of the global batch it computes next (after dt_ps_pull):
  * its index among the clock's members and their count. */
 void dt_ps_client_share(const dt_ps_client *c, int *index, int *members);
+/* The running workers' least (the global clock) and furthest clocks as server
+ * 0 saw them at this worker's last pull. */
+void dt_ps_client_clocks(const dt_ps_client *c, int64_t *slowest, int64_t *fastest);
 /* The samples this step's pushes carry (this worker's share of the global batch). */
 void dt_ps_client_count(dt_ps_client *c, int samples);
 /* Asks to leave the job (elastic; not worker 0): the next requests carry it. */

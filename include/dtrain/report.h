@@ -59,6 +59,7 @@ typedef struct dt_step_info {
     double compress_ratio, encode_s, decode_s;
     double ef_norm;          /* error feedback: the L2 norm of this rank's residual (< 0: none kept) */
     int workers, servers;    /* parameter server */
+    int64_t clock_min, clock_max; /* parameter server: the slowest and fastest running worker's clock (this one's is step) */
     int threads;             /* Hogwild! */
     float loss_scale;        /* --precision fp16: the next step's loss scale (0: not fp16) */
     int64_t overflow_steps;  /* --precision fp16: steps dropped for an overflow so far */

@@ -35,6 +35,7 @@ struct dt_ps_client {
     int stop_code;              /* server 0's decision: its code and clock */
     int64_t stop_at;
     int index, members;         /* this worker's share of the clock it pulled */
+    int64_t slowest, fastest;   /* server 0's running workers' least and furthest clocks at the last pull */
     int64_t samples;            /* in this step's pushes */
     bool leave;                 /* asked to leave */
     int64_t leave_at;           /* server 0's answer, -1 none */
@@ -174,6 +175,10 @@ static dt_status recv_values(dt_ps_client *c, int64_t clock) {
         c->read_clock[s] = c->rep_hdr[s].clock;
         /* A stop one server heard of goes on to the others in the pushes. */
         if (!c->stop && c->rep_hdr[s].stop > 0 && c->rep_hdr[s].stop < 256) c->stop = (int)c->rep_hdr[s].stop;
+    }
+    if (!st) {
+        c->slowest = c->rep_hdr[0].clock;
+        c->fastest = c->rep_hdr[0].lead;
     }
     if (!st && c->rep_hdr[0].members > 0) {
         c->index = (int)c->rep_hdr[0].index;
@@ -371,6 +376,11 @@ void dt_ps_client_share(const dt_ps_client *c, int *index, int *members) {
 }
 
 void dt_ps_client_count(dt_ps_client *c, int samples) { c->samples = samples; }
+
+void dt_ps_client_clocks(const dt_ps_client *c, int64_t *slowest, int64_t *fastest) {
+    *slowest = c->slowest;
+    *fastest = c->fastest;
+}
 
 void dt_ps_client_request_leave(dt_ps_client *c) { c->leave = true; }
 

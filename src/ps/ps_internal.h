@@ -52,6 +52,7 @@ typedef struct hdr {
 
 typedef struct rep {
     int64_t stop, clock, stop_at, index, members, leave_at;
+    int64_t lead;            /* the furthest clock of a running worker (the global clock is the least) */
 } rep;
 
 #define DT_PS_LEAVE ((int64_t)1 << 16) /* hdr.type: this worker asks to leave */

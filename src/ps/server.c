@@ -9,6 +9,16 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The furthest clock of a running worker (of any, once every one is done). */
+static int64_t lead_clock(const server *sv) {
+    int64_t g = -1, all = 0;
+    for (int w = 0; w < sv->n_slots; w++) {
+        if (sv->active[w] && sv->clock[w] > g) g = sv->clock[w];
+        if (sv->clock[w] > all) all = sv->clock[w];
+    }
+    return g >= 0 ? g : all;
+}
+
 static int64_t global_clock(const server *sv) {
     int64_t g = INT64_MAX;
     for (int w = 0; w < sv->n_slots; w++)
@@ -59,7 +69,7 @@ static dt_status reply(server *sv, int w) {
     if (sv->me == 0) dt_ps_share(sv, w, sv->pending[w], &index, &members);
     if (sv->pending[w] + 1 > sv->horizon) sv->horizon = sv->pending[w] + 1;
     int64_t leave = sv->me == 0 && sv->leave_at[w] != INT64_MAX ? sv->leave_at[w] : -1;
-    sv->out_hdr[w] = (rep){sv->stop_code, global_clock(sv), sv->stop_at, index, members, leave};
+    sv->out_hdr[w] = (rep){sv->stop_code, global_clock(sv), sv->stop_at, index, members, leave, lead_clock(sv)};
     st = dt_isend(lc, &sv->out_hdr[w], sizeof(rep), to, TAG_REP, &sv->out_req[2 * w]);
     if (!st) st = dt_isend(lc, sv->outbuf[w], sv->len * sizeof(float), to, TAG_VAL, &sv->out_req[2 * w + 1]);
     if (!st) sv->out_busy[w] = true;

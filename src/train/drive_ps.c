@@ -290,6 +290,7 @@ static dt_status worker_report(ps_run *p, int64_t step, double *win, int *wn, do
                       .unit = r->data.lm ? "tokens" : "samples", .time_s = now - r->t0,
                       .eta_s = (double)(r->total - step) * (now - r->t0) / (double)(step - r->start_step),
                       .workers = p->members, .servers = p->S};
+    dt_ps_client_clocks(p->cl, &s.clock_min, &s.clock_max);
     r->res->final_loss = lw;
     *win = 0;
     *wn = 0;

@@ -4,7 +4,8 @@
  *   step:  step, epoch, loss, lr, items_per_s, time_s, compute_s, comm_exposed_s,
  *          comm_s, bytes_sent, [compress, compress_ratio, encode_s, decode_s, [ef_norm]], ranks,
  *          [loss_scale, overflow_steps] (--precision fp16)
- *          (parameter server: step, loss, lr, items_per_s, time_s, workers, servers;
+ *          (parameter server: step, loss, lr, items_per_s, time_s, workers, servers,
+ *          clock_min, clock_max: the slowest and fastest running worker's clock;
  *          Hogwild!: step, loss, lr, items_per_s, threads)
  *   eval:  step, test_acc, test_loss | val_loss, time_s
  *   end:   {"pipeline":true,...}, {"memory":true,...}, {"staleness":true,...},
@@ -97,6 +98,8 @@ static json_t *step_object(const dt_step_info *s) {
     if (s->strategy == DT_STRATEGY_PS) {
         set_int(o, "workers", s->workers);
         set_int(o, "servers", s->servers);
+        set_int(o, "clock_min", s->clock_min);
+        set_int(o, "clock_max", s->clock_max);
     } else if (s->strategy == DT_STRATEGY_HOGWILD) {
         set_int(o, "threads", s->threads);
     } else {

@@ -28,7 +28,8 @@ extern const size_t dt_report_js_len, dt_report_css_len;
 
 /* The columns of a step row, in the order report.js reads them (D.keys). */
 static const char *const KEYS[] = {"step", "time_s", "loss", "lr", "items_per_s", "compute_s", "comm_exposed_s",
-                                   "bytes_sent", "compress_ratio", "loss_scale", "workers", "ef_norm"};
+                                   "bytes_sent", "compress_ratio", "loss_scale", "workers", "ef_norm",
+                                   "clock_min", "clock_max"};
 enum { NKEYS = sizeof KEYS / sizeof KEYS[0] };
 
 typedef struct run_data {

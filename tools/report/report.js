@@ -194,6 +194,15 @@
       var s = r.end.staleness;
       return {run: r.name, index: r.index, parts: s ? s.hist.map(function (v, i) { return [String(i), v, null]; }) : []};
     }));
+  var clocks = [];
+  runs.forEach(function (r) {
+    if (!col(r, "clock_max").length) return;
+    clocks.push({run: r.name, index: r.index, label: "(this worker)", points: col(r, "step", "time_s")});
+    clocks.push({run: r.name, index: r.index, label: "(slowest)", points: col(r, "clock_min", "time_s")});
+    clocks.push({run: r.name, index: r.index, label: "(fastest)", points: col(r, "clock_max", "time_s")});
+  });
+  lineChart("clocks", "Parameter server: worker clocks over time", "seconds", "clock (steps pushed)", clocks,
+    {note: "this worker's clock (rank 0, the one that logs) and the slowest and fastest running worker's as the first server saw them at its pulls; the global clock is the slowest"});
   lineChart("workers", "Parameter server: workers over time", "seconds", "workers",
     runs.map(function (r) { return {run: r.name, index: r.index, points: col(r, "workers", "time_s")}; }),
     {vlines: one ? eventLines(one, "time_s") : []});
