@@ -56,6 +56,7 @@ static const row rows[] = {
     {"quiet", NULL, "true", "2", "--quiet takes no value"},
     {"trace", "t.json", "t.json", NULL, NULL},
     {"zero", "2", "2", "3", "--zero 3 is out of range [0, 2]"},
+    {"max-memory", "16G", "17179869184", "10Q", "--max-memory expects bytes, or a number with K, M, G or T"},
     {"allreduce", "rhd", "rhd", "butterfly", "--allreduce must be ring, rhd, rd, shm, hier, native or auto, got 'butterfly'"},
     {"bucket-mb", "0.25", "0.25", "0", "--bucket-mb 0 is out of range"},
     {"no-overlap", NULL, "true", "x", "--no-overlap takes no value"},

@@ -102,6 +102,7 @@ typedef struct dt_train_cfg {
     /* distributed */
     dt_dp_cfg dp;            /* buckets, algorithm, ZeRO level, overlap */
     int accum;               /* micro-batches per step (gradient accumulation) [1] */
+    double max_memory;       /* --max-memory: bytes per rank dtrain's own count may reach at setup (0: no limit) */
     double timeout;          /* seconds every communication wait may take [60] */
     const char *trace;       /* Chrome trace file, or NULL */
     int n_inject;

@@ -217,6 +217,9 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if ((c->ckpt_every > 0 && (!c->ckpt_dir || c->ckpt_stop_only)) || (c->resume && strcmp(c->resume, "auto") == 0 && !c->ckpt_dir))
         return dt_errorf(DT_ERR_INVALID, "--ckpt-every and --resume auto need --ckpt-dir DIR");
     if ((st = check_precision(c))) return st;
+    if (c->max_memory > 0 && (c->strategy == DT_STRATEGY_PS || c->strategy == DT_STRATEGY_HOGWILD))
+        return dt_errorf(DT_ERR_INVALID, "--max-memory counts the synchronous strategies' layouts (data, tensor, pipeline "
+                         "parallelism, ZeRO), not --strategy %s", c->strategy == DT_STRATEGY_PS ? "ps" : "hogwild");
     return check_stopping(c);
 }
 

@@ -339,6 +339,23 @@ static void precision_format(const void *base, char *buf, size_t n) {
     snprintf(buf, n, "%s", names[((const dt_train_cfg *)base)->model.precision]);
 }
 
+/* Bytes, or with K, M, G, T (powers of 1024): 16G, 512M, 1.5G. */
+static dt_status max_memory_parse(void *base, const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    const char *units = "KMGT", *u = *end ? strchr(units, *end) : NULL;
+    if (u && *u) v *= pow(1024.0, (double)(u - units + 1)), end++;
+    if (errno || end == s || *end || !(v >= 0 && v <= 0x1p60))
+        return dt_errorf(DT_ERR_INVALID, "%s expects bytes, or a number with K, M, G or T (powers of 1024) like 16G or "
+                         "512M, got '%s'", flag, s);
+    ((dt_train_cfg *)base)->max_memory = floor(v);
+    return DT_OK;
+}
+static void max_memory_format(const void *base, char *buf, size_t n) {
+    snprintf(buf, n, "%.0f", ((const dt_train_cfg *)base)->max_memory);
+}
+
 static dt_status balance_parse(void *base, const char *flag, const char *s) {
     return two_words_parse(&((dt_train_cfg *)base)->balance_dynamic, flag, s, "static", false, "dynamic");
 }
@@ -517,6 +534,9 @@ static const dt_flag train_flags[] = {
     {.name = "trace", .type = DT_FLAG_STRING, .off = OFF(trace), .attr = TR | DT_FLAG_NOSAVE, .section = S_RUN,
      .arg = "FILE", .help = "Chrome trace timeline of every rank (open in ui.perfetto.dev)"},
     INT("zero", DT_FLAG_INT, dp.zero, 0, 2, TR, S_PAR, "0|1|2", "ZeRO: 1 shards optimizer state, 2 also gradients"),
+    CH("max-memory", max_memory, max_memory, TR, S_PAR, "BYTES", "refuse a layout whose dtrain-counted memory per rank "
+       "(parameters, gradients, optimizer state, activations, buffers) exceeds this at setup, naming what would fit; "
+       "16G, 512M (0: no limit)"),
     CH("allreduce", allreduce, dp.algo, TR, S_PAR, "ring|rhd|rd|shm|hier|native|auto", "collective algorithm"),
     CH("bucket-mb", bucket_mb, dp.bucket_bytes, TR, S_PAR, "MB", "gradient bucket size"),
     SW("no-overlap", dp.overlap, true, S_PAR, "communicate after backward instead of during it"),

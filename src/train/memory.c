@@ -10,6 +10,9 @@
 
 #include "dtrain/gradcomp.h"
 
+#include <math.h>
+#include <stdio.h>
+
 #include <sys/resource.h>
 
 /* The process's peak resident set so far, in bytes (Linux: ru_maxrss in KiB). */
@@ -49,4 +52,93 @@ dt_status tr_mem_gather(tr_run *r, double **bytes) {
     if (!*bytes) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     own_row(r, *bytes + (size_t)r->rank * DT_MEM_COUNT);
     return dt_allreduce_f64(r->world, *bytes, (size_t)r->n * DT_MEM_COUNT);
+}
+
+/* ---- --max-memory ------------------------------------------------------------ */
+static const char *const KIND[DT_MEM_RSS] = {"parameters", "gradients", "staging", "optimizer", "activations",
+                                             "buffers", "copies"};
+
+static double own_total(const double *row) {
+    double t = 0;
+    for (int k = 0; k < DT_MEM_RSS; k++) t += row[k];
+    return t;
+}
+
+/* An upper bound on the largest rank's count in another layout of `world`
+ * ranks, from dtrain's arenas: every rank keeps the parameter and gradient
+ * arenas of its tensor-parallel share of every stage (ZeRO-2: a 1/dp shard of
+ * its stage's gradients), optimizer state for its stage's share (ZeRO-1/2:
+ * 1/dp of it), under tp or pp the unsharded model's two arenas; activations
+ * and buffers as this layout has them (they shrink under tp and pp: the bound
+ * does not count on it). Exact for another ZeRO stage. */
+static double predict(const tr_run *r, const double *row, int world, int tp, int pp, int zero) {
+    const dt_train_cfg *c = r->c;
+    double k = c->optim.kind == DT_OPTIM_ADAMW ? 2 : c->optim.momentum > 0 ? 1 : 0;
+    double psi = (double)(r->full ? r->full->n : r->m->n), dp = (double)(world / (tp * pp));
+    double share = 4.0 * psi / tp, stage = share / pp;
+    double grads = zero == 2 ? stage / dp : share, optim = k * stage / (zero >= 1 ? dp : 1.0);
+    double copy = tp * pp > 1 ? 8.0 * psi : 0;
+    return share + grads + optim + row[DT_MEM_ACTS] + row[DT_MEM_BUFFERS] + copy;
+}
+
+/* "; would fit on N ranks: --zero 2 (X MiB), --tp 2 (at most Y MiB)" or why nothing does. */
+static void suggest(const tr_run *r, const double *row, double limit, char *buf, size_t n) {
+    const dt_train_cfg *c = r->c;
+    size_t at = (size_t)snprintf(buf, n, "; would fit on %d rank%s:", r->n, r->n == 1 ? "" : "s");
+    int found = 0;
+    for (int z = c->dp.zero + 1; z <= 2 && r->D > 1; z++) {
+        double t = predict(r, row, r->n, r->TP, r->P, z);
+        if (t <= limit && at < n) at += (size_t)snprintf(buf + at, n - at, "%s --zero %d (%.1f MiB)", found++ ? "," : "",
+                                                         z, t / 1048576.0);
+    }
+    for (int d = 2; d <= r->n && at < n; d *= 2) {
+        if (r->n % (r->TP * d * r->P) == 0) {
+            double t = predict(r, row, r->n, r->TP * d, r->P, c->dp.zero);
+            if (t <= limit) at += (size_t)snprintf(buf + at, n - at, "%s --tp %d (at most %.1f MiB)", found++ ? "," : "",
+                                                   r->TP * d, t / 1048576.0);
+            t = predict(r, row, r->n, r->TP, r->P * d, c->dp.zero);
+            if (t <= limit && at < n) at += (size_t)snprintf(buf + at, n - at, "%s --pp %d (at most %.1f MiB)", found++ ? "," : "",
+                                                             r->P * d, t / 1048576.0);
+        }
+    }
+    if (found) return;
+    double wider = predict(r, row, 2 * r->n, r->TP, r->P, 2);
+    if (wider <= limit)
+        snprintf(buf, n, "; no ZeRO stage, --tp or --pp on %d rank%s fits it (ZeRO-3 is not built): give more ranks "
+                 "(-n %d --zero 2: %.1f MiB) or more memory", r->n, r->n == 1 ? "" : "s", 2 * r->n, wider / 1048576.0);
+    else
+        snprintf(buf, n, "; no ZeRO stage, --tp or --pp on %d or %d ranks fits it: its activations alone are %.1f MiB "
+                 "(lower --batch, or --pp with more --micro-batches and --recompute) or give more memory", r->n, 2 * r->n,
+                 row[DT_MEM_ACTS] / 1048576.0);
+}
+
+dt_status tr_mem_check(tr_run *r) {
+    const dt_train_cfg *c = r->c;
+    if (c->max_memory <= 0) return DT_OK;
+    double *b = NULL;
+    dt_status st = tr_mem_gather(r, &b);
+    if (st) {
+        dt_free(b);
+        return st;
+    }
+    int q = 0;
+    for (int i = 1; i < r->n; i++)
+        if (own_total(b + (size_t)i * DT_MEM_COUNT) > own_total(b + (size_t)q * DT_MEM_COUNT)) q = i;
+    const double *row = b + (size_t)q * DT_MEM_COUNT;
+    char kinds[512], why[640];
+    size_t at = 0;
+    for (int k = 0; k < DT_MEM_RSS && at < sizeof kinds; k++)
+        if (k != DT_MEM_STAGING)
+            at += (size_t)snprintf(kinds + at, sizeof kinds - at, "%s%s %.1f", at ? ", " : "", KIND[k], row[k] / 1048576.0);
+    double total = own_total(row), limit = c->max_memory;
+    if (r->lead && !r->quiet)
+        dt_log(DT_LOG_INFO, "memory per rank, dtrain's own count at setup (the largest: rank %d): %s MiB; total %.1f MiB of "
+               "--max-memory %.1f MiB", q, kinds, total / 1048576.0, limit / 1048576.0);
+    if (total > limit) {
+        suggest(r, row, limit, why, sizeof why);
+        st = dt_errorf(DT_ERR_INVALID, "--max-memory %.1f MiB: rank %d would hold %.1f MiB (%s MiB) with ZeRO-%d%s", limit / 1048576.0,
+                       q, total / 1048576.0, kinds, c->dp.zero, why);
+    }
+    dt_free(b);
+    return st;
 }

@@ -125,6 +125,11 @@ int64_t tr_total_steps(const dt_train_cfg *c, int64_t n_train);
  * filled here) summed over the world into *bytes (malloc'd, n x DT_MEM_COUNT;
  * the caller frees it, also on error). Collective: every rank at the end. */
 dt_status tr_mem_gather(tr_run *r, double **bytes);
+/* --max-memory (nothing without it): the largest rank's own count at setup by
+ * kind, logged; over the budget, one line naming what would fit (another ZeRO
+ * stage, --tp or --pp degree on these ranks, by the planner's formulas).
+ * Collective. */
+dt_status tr_mem_check(tr_run *r);
 
 /* ---- eval.c ---------------------------------------------------------------- */
 /* Each rank evaluates its contiguous share [share/shares] of the evaluation

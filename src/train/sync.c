@@ -372,7 +372,9 @@ static dt_status begin(tr_run *r) {
     if (c->diverge.mode == DT_DIVERGE_REWIND && r->ck.net)
         return dt_errorf(DT_ERR_INVALID, "--on-divergence rewind reloads checkpoints during the run: it needs a --ckpt-dir "
                          "every rank shares (%s is each host's own)", c->ckpt_dir);
-    if ((st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = stop_init(r)) || (st = start_reporters(r))) return st;
+    if ((st = tr_resume(r)) || (st = tr_ckpt_open(r)) || (st = tr_mem_check(r)) || (st = stop_init(r)) ||
+        (st = start_reporters(r)))
+        return st;
     r->t0 = r->win.t0 = dt_now();
     if (c->trace) {
         if ((st = dt_trace_create(&r->trace, r->rank, r->t0))) return st;
