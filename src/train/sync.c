@@ -177,7 +177,8 @@ static dt_status report_window(tr_run *r, int64_t step, float lr) {
         s.compress_ratio = g->payload_bytes ? (double)g->raw_bytes / (double)g->payload_bytes : 1.0;
         s.encode_s = g->encode_s / n;
         s.decode_s = g->decode_s / n;
-        const float *e = dt_gc_error(dt_dp_gc(r->dp)); /* stable here: the step's collectives are done */
+        /* rank 0 reports: only it reads its residual (stable here: the step's collectives are done) */
+        const float *e = r->lead ? dt_gc_error(dt_dp_gc(r->dp)) : NULL;
         s.ef_norm = e ? sqrt(dt_sumsq(e, dt_gc_params(dt_dp_gc(r->dp)))) : -1.0;
     }
     memset(w, 0, sizeof *w);
