@@ -155,6 +155,23 @@ struct dt_block {
     int64_t flops, tp_bytes;
 };
 
+/* Where a block's parameters are about to be used or are done with, for an
+ * owner that holds them only around their use (ZeRO-3). */
+typedef enum {
+    DT_PARAMS_FORWARD,      /* before the block's forward */
+    DT_PARAMS_FORWARD_DONE, /* after it */
+    DT_PARAMS_BACKWARD,     /* before its backward (and a recompute's forward) */
+    DT_PARAMS_BACKWARD_DONE,/* after it */
+} dt_params_use;
+typedef struct dt_param_hooks {
+    /* eval: a forward with no backward to follow (an evaluation). */
+    void (*use)(void *ctx, int block, dt_params_use use, bool eval);
+    /* A pass this rank has no samples for: the owner does what a pass that
+     * ran would have done with the parameters (the same collectives). */
+    void (*skip)(void *ctx, bool eval);
+    void *ctx;
+} dt_param_hooks;
+
 struct dt_model {
     dt_model_cfg cfg;
     int n_blocks;
@@ -176,6 +193,7 @@ struct dt_model {
     int n_layers;
     int64_t flops_per_sample;   /* GEMM FLOPs of one training step per sample */
     dt_status tp_err;           /* first failure of a tensor-parallel collective (sticky) */
+    dt_param_hooks params_hook; /* ZeRO-3: parameters gathered before use (fn NULL: none) */
 };
 
 /* Builds the block list and allocates both arenas (zeroed). Owned by the
@@ -245,6 +263,10 @@ void dt_model_backward(dt_model *m, dt_acts *a, const dt_batch *b, const float *
  * run again from its kept input to rebuild the saved activations. */
 void dt_model_backward_recompute(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
                                  float *din, dt_block_done_fn done, void *ctx);
+/* A forward (eval) or forward and backward pass this rank skips for want of
+ * samples: the parameters' owner is told (dt_param_hooks.skip), so its
+ * collectives still match the other ranks'. Nothing without hooks. */
+void dt_model_params_skip(const dt_model *m, bool eval);
 /* Classifiers, after a forward: how many of the batch's samples are argmax-correct. */
 int dt_model_count_correct(const dt_model *m, const dt_acts *a, const dt_batch *b);
 

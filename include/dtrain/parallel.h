@@ -1,4 +1,4 @@
-/* dtrain synchronous data parallelism with optional ZeRO-1/2 sharding.
+/* dtrain synchronous data parallelism with optional ZeRO-1/2/3 sharding.
  *
  * Every rank holds the whole model. Gradients in the flat arena are grouped
  * into buckets (contiguous arena ranges of whole blocks, built from the last
@@ -16,6 +16,11 @@
  *   gradient arena is an mmap'd region whose pages are released
  *   (MADV_DONTNEED, which also zeroes them) as soon as a bucket's
  *   reduce-scatter has added this rank's chunk into the shard.
+ * ZeRO-3: additionally the parameters are kept only as this rank's chunks;
+ *   each bucket is all-gathered into the model's arena before its blocks run
+ *   (forward, then backward) and released after, the next bucket's gather
+ *   prefetched on a thread of its own (src/parallel/zero3.c); no all-gather
+ *   after the update.
  *
  * With one rank (the self communicator) the same code runs with no thread and
  * no communication. */
@@ -35,7 +40,9 @@ extern "C" {
 typedef struct dt_dp_cfg {
     dt_algo algo;            /* all-reduce / reduce-scatter / all-gather algorithm */
     size_t bucket_bytes;     /* minimum bucket size (default 4 MiB) */
-    int zero;                /* 0, 1 or 2 */
+    int zero;                /* 0, 1, 2 or 3 */
+    bool zero3_keep;         /* ZeRO-3: forward's gathered buckets kept for backward (one gather a
+                              * micro-batch instead of two; FSDP's reshard_after_forward=False) */
     bool overlap;            /* communication thread overlapping backward (default on) */
     int first_block, last_block; /* the block range this rank trains (a pipeline stage); -1: all */
     dt_comm *norm_comm;      /* also sum the gradient norm over this comm (pipeline stages); NULL: none */
@@ -47,7 +54,8 @@ typedef struct dt_dp_cfg {
 } dt_dp_cfg;
 
 typedef struct dt_dp_mem {
-    size_t param_bytes;      /* 4P */
+    size_t param_bytes;      /* 4P, or ZeRO-3's master shard 4P/N */
+    size_t param_gathered_peak; /* ZeRO-3: peak resident bytes of the gathered buckets (first steps) */
     size_t grad_bytes;       /* 4P (ZeRO-0/1) or 4P/N shard (ZeRO-2) */
     size_t grad_staging_peak;/* ZeRO-2: peak resident bytes of the transient gradient arena */
     size_t optim_bytes;      /* optimizer state held by this rank */
@@ -59,6 +67,8 @@ typedef struct dt_dp_stats {
     double exposed_s;        /* time the step waited for communication (not overlapped) */
     double backward_s;       /* time in backward (for the overlap fraction) */
     uint64_t bytes_sent;
+    double gather_s;         /* ZeRO-3: seconds in parameter gathers (in comm_s) ... */
+    double gather_wait_s;    /* ... and waiting for them (in exposed_s) */
     dt_gc_stats comp;        /* compression: time, raw and encoded bytes (zero when off) */
     int compressed_steps;    /* steps whose gradients went compressed */
 } dt_dp_stats;
@@ -72,8 +82,15 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
                        const dt_optim_cfg *ocfg);
 void dt_dp_destroy(dt_dp *dp); /* NULL ok */
 
-/* Rank 0's parameters to every rank. */
+/* Rank 0's parameters to every rank (under ZeRO-3 each then keeps its chunks). */
 dt_status dt_dp_broadcast_params(dt_dp *dp);
+/* ZeRO-3, collective: full makes m->w hold every parameter (for readers of the
+ * whole model: checkpoints, the end of the run) until called with !full,
+ * which releases them again. Nothing under ZeRO-0/1/2. */
+dt_status dt_dp_params_full(dt_dp *dp, bool full);
+/* ZeRO-3: the first failed parameter gather (forward, backward or an
+ * evaluation gathers through the model's hooks), or DT_OK. */
+dt_status dt_dp_params_status(dt_dp *dp);
 /* Before each micro-batch's backward: sync says whether this micro-batch's
  * gradients are to be communicated (the last of an accumulation; ZeRO-2
  * communicates every micro-batch). */
@@ -106,7 +123,8 @@ dt_optim *dt_dp_optim(dt_dp *dp);
 /* This rank's share of the optimizer state, for checkpoints (valid while dp lives). */
 void dt_dp_shard(const dt_dp *dp, dt_ckpt_shard *out);
 /* Sets this rank's optimizer state from full logical (arena-indexed) arrays M
- * and V (either NULL when the optimizer has no such state) and the step count. */
+ * and V (either NULL when the optimizer has no such state) and the step count.
+ * Under ZeRO-3 the parameters now in m->w (a load's) become the master shard. */
 void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t);
 /* The optimizer shard as a checkpoint part: save gives this rank's runs of
  * the optimizer state and its step count; load sets them from the logical

@@ -73,6 +73,8 @@ int dt_pipe_stage_last(const dt_pipe *p);
  * handed to dp (its block_done for the last micro-batch, then end_backward).
  * Returns the stage's loss sum times loss_scale in *loss (0 off the last stage). */
 dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_x, double *loss);
+/* Tensors tied across stages (each synced after every update). */
+int dt_pipe_n_tied(const dt_pipe *p);
 /* After dt_dp_step: owners send updated tied tensors to the stages that use them. */
 dt_status dt_pipe_sync_tied(dt_pipe *p);
 /* Forward only (evaluation): returns the loss sum and, for classifiers, the

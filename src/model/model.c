@@ -345,10 +345,13 @@ float dt_model_forward(const dt_model *m, dt_acts *a, const dt_batch *b, const f
     int nb = a->last - a->first + 1;
     if (in && a->first > 0)
         memcpy(a->bound[0], in, (size_t)b->B * m->blocks[a->first].in_dim * sizeof(float));
+    const dt_param_hooks *h = &m->params_hook;
     for (int i = 0; i < nb; i++) {
         const dt_block *blk = &m->blocks[a->first + i];
         const float *bin = (a->first + i == 0) ? NULL : a->bound[i];
+        if (h->use) h->use(h->ctx, a->first + i, DT_PARAMS_FORWARD, b->eval);
         blk->ops->forward(blk, m->w, b, bin, a->bound[i + 1], a->saved[i], a->scratch);
+        if (h->use) h->use(h->ctx, a->first + i, DT_PARAMS_FORWARD_DONE, b->eval);
     }
     const dt_block *lastb = &m->blocks[a->last];
     if (!lastb->is_loss) return 0.0f;
@@ -370,6 +373,7 @@ static void backward_range(dt_model *m, dt_acts *a, const dt_batch *b, const flo
     for (int i = nb - 1; i >= 0; i--) {
         const dt_block *blk = &m->blocks[a->first + i];
         const float *bin = (a->first + i == 0) ? NULL : a->bound[i];
+        if (m->params_hook.use) m->params_hook.use(m->params_hook.ctx, a->first + i, DT_PARAMS_BACKWARD, false);
         if (recompute) {
             dt_batch rb = *b; /* the statistics were taken in the first forward */
             rb.recompute = true;
@@ -386,6 +390,7 @@ static void backward_range(dt_model *m, dt_acts *a, const dt_batch *b, const flo
             }
         }
         blk->ops->backward(blk, m->w, m->g, b, bin, a->bound[i + 1], d, dprev, a->saved[i], a->scratch);
+        if (m->params_hook.use) m->params_hook.use(m->params_hook.ctx, a->first + i, DT_PARAMS_BACKWARD_DONE, false);
         if (done) done(ctx, a->first + i);
         d = dprev;
     }
@@ -399,6 +404,10 @@ void dt_model_backward(dt_model *m, dt_acts *a, const dt_batch *b, const float *
 void dt_model_backward_recompute(dt_model *m, dt_acts *a, const dt_batch *b, const float *dout,
                                  float *din, dt_block_done_fn done, void *ctx) {
     backward_range(m, a, b, dout, din, done, ctx, true);
+}
+
+void dt_model_params_skip(const dt_model *m, bool eval) {
+    if (m->params_hook.skip) m->params_hook.skip(m->params_hook.ctx, eval);
 }
 
 int dt_model_count_correct(const dt_model *m, const dt_acts *a, const dt_batch *b) {

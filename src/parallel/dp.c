@@ -8,20 +8,16 @@
  * others never start. */
 #include "dtrain/parallel.h"
 
+#include "zero3.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-typedef struct bucket {
-    size_t lo, hi;            /* arena range [lo, hi) */
-    int first_block;          /* lowest block index in the bucket: done => bucket ready */
-    size_t own_off, own_len;  /* this rank's chunk (arena offset, floats) */
-    size_t state_off;         /* where the chunk sits in the shard (optimizer state) */
-} bucket;
+typedef dt_bucket bucket;
 
 struct dt_dp {
     dt_model *m;
@@ -33,12 +29,10 @@ struct dt_dp {
     int *block_bucket;        /* block -> bucket */
     dt_optim *opt;
     size_t shard;             /* floats owned (P for ZeRO-0) */
-    float *gshard;            /* ZeRO-2 gradient shard (shard floats) */
-    bool g_mapped;            /* m->g is our mmap (ZeRO-2) */
-    size_t g_map_bytes;       /* the arena's bytes (m->n floats) */
-    void *g_map;              /* the mapping m->g lies in, and its length */
-    size_t g_map_len;
-    size_t page_floats;       /* release granularity: the arena's page size */
+    float *gshard;            /* ZeRO-2/3 gradient shard (shard floats) */
+    dt_arena_map gmap;        /* ZeRO-2/3: the staging arena m->g lies in */
+    bool g_mapped;            /* m->g is gmap's */
+    dt_z3 *z3;                /* ZeRO-3: the parameters' side */
 
     /* communication thread */
     pthread_t thread;
@@ -84,70 +78,26 @@ static void add_chunk(float *restrict dst, const float *restrict src, size_t n) 
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
 }
 
-/* Releases the pages of g[lo, hi) that lie wholly inside it (they read back as
- * zeros) and zeroes the partial pages at its edges by hand. */
-/* Transparent huge pages are on for mappings that ask (madvise or always). */
-static bool thp_available(void) {
-    char buf[128] = "";
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    if (!f) return false;
-    bool ok = fgets(buf, sizeof buf, f) && !strstr(buf, "[never]");
-    fclose(f);
-    return ok;
-}
-
-/* ZeRO-2's gradient arena: an anonymous mapping whose pages release_range
- * hands back after each bucket's reduce-scatter and the next backward faults
- * in again. In 2 MiB huge pages where the kernel offers them: a 4 KiB fault
- * costs about a microsecond in a VM, so re-faulting W1's 7.4 MB took 6.5 ms a
- * step against 0.4 ms in huge pages (measured here); releases then come in
- * whole huge pages, the edges zeroed in place. */
-static dt_status map_staging(dt_dp *dp, size_t bytes) {
-    size_t huge = (size_t)2 << 20, len = (bytes ? bytes : 1) + huge;
-    void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (map == MAP_FAILED) return dt_errorf(DT_ERR_NOMEM, "cannot map the ZeRO-2 gradient staging arena");
-    float *g = (float *)(((uintptr_t)map + huge - 1) / huge * huge);
-    if (bytes >= huge && thp_available() && madvise(g, bytes, MADV_HUGEPAGE) == 0) dp->page_floats = huge / sizeof(float);
+/* ZeRO-2's gradient arena: a mapping whose pages are released after each
+ * bucket's reduce-scatter (par_internal.h); the model's own goes first, so
+ * the rank never holds it beside the shard and the optimizer state. */
+static dt_status map_staging(dt_dp *dp) {
+    dt_status st = dt_arena_map_create(&dp->gmap, dp->m->n, "ZeRO-2 gradient staging arena");
+    if (st) return st;
     dt_free(dp->m->g);
-    dp->m->g = g;
+    dp->m->g = dp->gmap.base;
     dp->g_mapped = true;
-    dp->g_map = map;
-    dp->g_map_len = len;
-    dp->g_map_bytes = bytes ? bytes : 1;
     return DT_OK;
 }
 
-static void release_range(dt_dp *dp, size_t lo, size_t hi) {
-    float *g = dp->m->g;
-    size_t pf = dp->page_floats;
-    size_t plo = (lo + pf - 1) / pf * pf, phi = hi / pf * pf;
-    if (plo >= phi) {
-        memset(g + lo, 0, (hi - lo) * sizeof(float));
-        return;
-    }
-    memset(g + lo, 0, (plo - lo) * sizeof(float));
-    memset(g + phi, 0, (hi - phi) * sizeof(float));
-    madvise(g + plo, (phi - plo) * sizeof(float), MADV_DONTNEED);
-}
-
-static size_t resident_bytes(const dt_dp *dp) {
-    size_t pages = (dp->g_map_bytes + (size_t)getpagesize() - 1) / (size_t)getpagesize();
-    unsigned char vec[4096];
-    size_t res = 0;
-    for (size_t p = 0; p < pages; p += sizeof vec) {
-        size_t n = pages - p < sizeof vec ? pages - p : sizeof vec;
-        if (mincore((char *)dp->m->g + p * (size_t)getpagesize(), n * (size_t)getpagesize(), vec) != 0) return 0;
-        for (size_t i = 0; i < n; i++) res += vec[i] & 1;
-    }
-    return res * (size_t)getpagesize();
-}
+static void release_range(dt_dp *dp, size_t lo, size_t hi) { dt_arena_release(&dp->gmap, lo, hi); }
 
 /* ZeRO-2: the staging arena's residency into *peak when it is higher. Only in
  * the first steps: every step repeats the same pattern, and a full mincore
  * pass per bucket on every step would cost O(buckets x P) page-table walks. */
 static void sample_staging(const dt_dp *dp, size_t *peak) {
     if (dp->opt->t >= 3) return;
-    size_t r = resident_bytes(dp);
+    size_t r = dt_arena_resident(&dp->gmap);
     if (r > *peak) *peak = r;
 }
 
@@ -165,7 +115,7 @@ static dt_status run_bucket(dt_dp *dp, int k) {
     } else {
         st = dp->compress_now ? dt_gc_reduce_scatter(dp->gc, dp->comm, dp->m->g, b->lo, b->hi, stream, dp->cfg.algo)
                               : dt_reduce_scatter(dp->comm, g, n, DT_OP_SUM, dp->cfg.algo);
-        if (!st && dp->cfg.zero == 2) {
+        if (!st && dp->cfg.zero >= 2) {
             add_chunk(dp->gshard + b->state_off, dp->m->g + b->own_off, b->own_len);
             /* The arena's residency peaks just before a release: backward has
              * written buckets the thread has not reached yet. */
@@ -227,6 +177,7 @@ static dt_status build_buckets(dt_dp *dp) {
         b->hi = m->blocks[top].param_hi;
         b->lo = m->blocks[low].param_lo;
         b->first_block = low;
+        b->top_block = top;
         for (int i = low; i <= top; i++) dp->block_bucket[i] = dp->nb;
         dp->nb++;
     }
@@ -260,7 +211,7 @@ static dt_status build_buckets(dt_dp *dp) {
 dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg *cfg,
                        const dt_optim_cfg *ocfg) {
     *out = NULL;
-    if (cfg->zero < 0 || cfg->zero > 2) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1 or 2, got %d", cfg->zero);
+    if (cfg->zero < 0 || cfg->zero > 3) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1, 2 or 3, got %d", cfg->zero);
     dt_dp *dp = dt_calloc(1, sizeof *dp);
     if (!dp) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     dp->m = m;
@@ -268,7 +219,6 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
     dp->cfg = *cfg;
     dp->rank = dt_comm_rank(comm);
     dp->size = dt_comm_size(comm);
-    dp->page_floats = (size_t)getpagesize() / sizeof(float);
     pthread_mutex_init(&dp->mu, NULL);
     pthread_cond_init(&dp->cv, NULL);
     /* The group's topology now, on this thread: later the communication
@@ -277,15 +227,20 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
     dt_status st = dt_comm_topology(comm, &ti);
     if (!st) st = build_buckets(dp);
     if (st) goto fail;
-    if (cfg->zero == 2) {
-        /* The model's gradient arena goes first, replaced by the staging one,
-         * so the rank never holds it beside the shard and the optimizer state:
-         * ZeRO-2's resident peak is that of its steps, not of its setup. */
-        if ((st = map_staging(dp, m->n * sizeof(float)))) goto fail;
+    if (cfg->zero >= 2) {
+        /* ZeRO-2's resident peak is that of its steps, not of its setup. */
+        if ((st = map_staging(dp))) goto fail;
         if (!(dp->gshard = dt_alloc_floats(dp->shard))) {
             st = dt_errorf(DT_ERR_NOMEM, "cannot allocate the ZeRO-2 gradient shard");
             goto fail;
         }
+    }
+    if (cfg->zero == 3) {
+        int first = cfg->first_block < 0 ? 0 : cfg->first_block;
+        dt_z3_cfg zc = {.m = m, .comm = comm, .buckets = dp->b, .nb = dp->nb, .block_bucket = dp->block_bucket,
+                        .first = first, .last = cfg->last_block < 0 ? m->n_blocks - 1 : cfg->last_block,
+                        .shard_n = dp->shard, .keep = cfg->zero3_keep, .overlap = cfg->overlap, .algo = cfg->algo};
+        if ((st = dt_z3_create(&dp->z3, &zc))) goto fail;
     }
     if ((st = dt_optim_create(&dp->opt, ocfg, dp->shard))) goto fail;
     if (dp->size > 1 && cfg->comp.comp.kind != DT_COMP_NONE) {
@@ -322,9 +277,10 @@ void dt_dp_destroy(dt_dp *dp) {
         /* Hand the model back an ordinary gradient arena. */
         float *g = dt_alloc_floats(dp->m->n);
         if (g) memcpy(g, dp->m->g, dp->m->n * sizeof(float));
-        munmap(dp->g_map, dp->g_map_len);
+        dt_arena_map_destroy(&dp->gmap);
         dp->m->g = g;
     }
+    dt_z3_destroy(dp->z3);
     pthread_mutex_destroy(&dp->mu);
     pthread_cond_destroy(&dp->cv);
     dt_optim_destroy(dp->opt);
@@ -339,9 +295,16 @@ void dt_dp_destroy(dt_dp *dp) {
 }
 
 dt_status dt_dp_broadcast_params(dt_dp *dp) {
-    if (dp->size == 1) return DT_OK;
-    return dt_bcast(dp->comm, dp->m->w, dp->m->n * sizeof(float), 0, dp->cfg.algo == DT_ALGO_NATIVE ? DT_ALGO_NATIVE : DT_ALGO_AUTO);
+    dt_status st = DT_OK;
+    if (dp->size > 1)
+        st = dt_bcast(dp->comm, dp->m->w, dp->m->n * sizeof(float), 0, dp->cfg.algo == DT_ALGO_NATIVE ? DT_ALGO_NATIVE : DT_ALGO_AUTO);
+    if (!st && dp->z3) dt_z3_adopt(dp->z3);
+    return st;
 }
+
+dt_status dt_dp_params_full(dt_dp *dp, bool full) { return dp->z3 ? dt_z3_full(dp->z3, full) : DT_OK; }
+
+dt_status dt_dp_params_status(dt_dp *dp) { return dp->z3 ? dt_z3_status(dp->z3) : DT_OK; }
 
 /* ---- backward ------------------------------------------------------------------------ */
 
@@ -353,7 +316,7 @@ void dt_dp_begin_backward(dt_dp *dp, bool sync) {
         (void)wait_upto(dp, dp->nb - 1);
         dp->deferred = false;
     }
-    dp->sync = sync || dp->cfg.zero == 2;
+    dp->sync = sync || dp->cfg.zero >= 2;
     dp->stream = (uint64_t)dp->opt->t;
     dp->compress_now = dp->gc && dp->opt->t >= dp->cfg.comp.warmup;
     pthread_mutex_lock(&dp->mu);
@@ -366,7 +329,7 @@ static dt_status launch_upto(dt_dp *dp, int k) {
     /* Hand buckets [launched, k] over, in order. */
     if (!dp->sync) return DT_OK;
     if (dp->size == 1) {
-        if (dp->cfg.zero == 2) {
+        if (dp->cfg.zero >= 2) {
             /* One rank: the reduce-scatter is the identity; move into the shard. */
             for (int i = dp->launched; i <= k; i++) {
                 bucket *b = &dp->b[i];
@@ -424,6 +387,7 @@ dt_status dt_dp_end_backward(dt_dp *dp) {
     double t0 = dt_now();
     dt_status st = launch_upto(dp, dp->nb - 1);
     dp->stats.exposed_s += dt_now() - t0;
+    if (!st) st = dt_dp_params_status(dp);
     if (st) return st;
     if (!dp->thread_started || !dp->sync) return DT_OK;
     /* ZeRO-0: dt_dp_step may update each bucket as soon as it is reduced,
@@ -443,6 +407,7 @@ dt_status dt_dp_end_backward(dt_dp *dp) {
 static void update_range(dt_dp *dp, size_t lo, size_t len, size_t state_off, const float *gbase,
                          bool g_is_arena, float lr) {
     const dt_model *m = dp->m;
+    float *shard = dp->z3 ? dt_z3_shard(dp->z3) : NULL; /* ZeRO-3: the master parameters */
     size_t hi = lo + len;
     for (int i = 0; i < m->n_params; i++) {
         const dt_param *p = &m->params[i];
@@ -451,7 +416,7 @@ static void update_range(dt_dp *dp, size_t lo, size_t len, size_t state_off, con
         if (a >= e) continue;
         size_t so = state_off + (a - lo);
         const float *g = g_is_arena ? gbase + a : gbase + so;
-        dt_optim_update(dp->opt, m->w + a, g, so, e - a, lr,
+        dt_optim_update(dp->opt, shard ? shard + so : m->w + a, g, so, e - a, lr,
                         p->decay ? dp->opt->cfg.weight_decay : 0.0f);
         /* ZeRO-0: zero the gradient while it is still in cache; the next backward adds. */
         if (g_is_arena && dp->cfg.zero == 0) memset(m->g + a, 0, (e - a) * sizeof(float));
@@ -479,7 +444,7 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
                 size_t a = p->offset > b->own_off ? p->offset : b->own_off;
                 size_t e = p->offset + p->numel < b->own_off + b->own_len ? p->offset + p->numel : b->own_off + b->own_len;
                 if (a >= e || (skip_rep && p->split == DT_SPLIT_NONE)) continue;
-                const float *g = dp->cfg.zero == 2 ? dp->gshard + b->state_off + (a - b->own_off) : m->g + a;
+                const float *g = dp->cfg.zero >= 2 ? dp->gshard + b->state_off + (a - b->own_off) : m->g + a;
                 ss += dt_sumsq(g, e - a);
             }
         }
@@ -501,14 +466,15 @@ dt_status dt_dp_step(dt_dp *dp, float lr, float max_norm, double *gnorm) {
             dp->deferred = false;
             return st;
         }
-        if (dp->cfg.zero == 2) update_range(dp, b->own_off, b->own_len, b->state_off, dp->gshard, false, lr);
+        if (dp->cfg.zero >= 2) update_range(dp, b->own_off, b->own_len, b->state_off, dp->gshard, false, lr);
         else update_range(dp, b->own_off, b->own_len, b->state_off, m->g, true, lr);
     }
     dp->deferred = false;
     /* Zero what the next backward adds into. */
-    if (dp->cfg.zero == 2) memset(dp->gshard, 0, dp->shard * sizeof(float));
+    if (dp->cfg.zero >= 2) memset(dp->gshard, 0, dp->shard * sizeof(float));
     else if (dp->cfg.zero == 1) memset(m->g, 0, m->n * sizeof(float));
-    if (dp->cfg.zero && dp->size > 1) {
+    /* ZeRO-3 gathers before the next use instead. */
+    if ((dp->cfg.zero == 1 || dp->cfg.zero == 2) && dp->size > 1) {
         for (int k = 0; k < dp->nb; k++) {
             const bucket *b = &dp->b[k];
             double t0 = dt_now();
@@ -533,13 +499,13 @@ bool dt_dp_grad_finite(const dt_dp *dp) {
     double ss = 0;
     for (int k = 0; k < dp->nb; k++) {
         const bucket *b = &dp->b[k];
-        ss += dt_sumsq(dp->cfg.zero == 2 ? dp->gshard + b->state_off : m->g + b->own_off, b->own_len);
+        ss += dt_sumsq(dp->cfg.zero >= 2 ? dp->gshard + b->state_off : m->g + b->own_off, b->own_len);
     }
     return isfinite(ss);
 }
 
 void dt_dp_scale_grad(dt_dp *dp, float f) {
-    if (dp->cfg.zero == 2) dt_scale(dp->gshard, dp->shard, f);
+    if (dp->cfg.zero >= 2) dt_scale(dp->gshard, dp->shard, f);
     else
         for (int k = 0; k < dp->nb; k++) dt_scale(dp->m->g + dp->b[k].own_off, dp->b[k].own_len, f);
 }
@@ -547,24 +513,33 @@ void dt_dp_scale_grad(dt_dp *dp, float f) {
 dt_status dt_dp_discard(dt_dp *dp) {
     dt_status st = dt_dp_wait(dp);
     if (st) return st;
-    if (dp->cfg.zero == 2) memset(dp->gshard, 0, dp->shard * sizeof(float));
+    if (dp->cfg.zero >= 2) memset(dp->gshard, 0, dp->shard * sizeof(float));
     else memset(dp->m->g, 0, dp->m->n * sizeof(float));
     return DT_OK;
 }
 
 void dt_dp_memory(const dt_dp *dp, dt_dp_mem *mem) {
     size_t P = dp->m->n;
-    mem->param_bytes = P * sizeof(float);
-    mem->grad_bytes = dp->cfg.zero == 2 ? dp->shard * sizeof(float) : P * sizeof(float);
+    mem->param_bytes = dp->z3 ? dp->shard * sizeof(float) : P * sizeof(float);
+    mem->param_gathered_peak = dp->z3 ? dt_z3_resident_peak(dp->z3) : 0;
+    mem->grad_bytes = dp->cfg.zero >= 2 ? dp->shard * sizeof(float) : P * sizeof(float);
     mem->grad_staging_peak = dp->staging_peak > dp->staging_peak_comm ? dp->staging_peak : dp->staging_peak_comm;
     mem->optim_bytes = dt_optim_state_bytes(dp->opt);
     mem->shard_floats = dp->shard;
 }
 
 void dt_dp_take_stats(dt_dp *dp, dt_dp_stats *s) {
-    uint64_t total = dt_comm_bytes_sent(dp->comm);
+    uint64_t total = dt_comm_bytes_sent(dp->comm) + (dp->z3 ? dt_z3_bytes_sent(dp->z3) : 0);
     *s = dp->stats;
     s->bytes_sent = total - dp->bytes_mark;
+    if (dp->z3) {
+        double g, w;
+        dt_z3_take_times(dp->z3, &g, &w);
+        s->comm_s += g;
+        s->exposed_s += w;
+        s->gather_s = g;
+        s->gather_wait_s = w;
+    }
     if (dp->gc) dt_gc_take_stats(dp->gc, &s->comp);
     memset(&dp->stats, 0, sizeof dp->stats);
     dp->bytes_mark = total;
@@ -592,6 +567,7 @@ void dt_dp_set_optim_state(dt_dp *dp, const float *M, const float *V, int64_t t)
         if (o->v && V) memcpy(o->v + b->state_off, V + b->own_off, b->own_len * sizeof(float));
     }
     o->t = t;
+    if (dp->z3) dt_z3_adopt(dp->z3); /* the loaded parameters: this rank's chunks become the master */
 }
 /* ---- the optimizer shard as a checkpoint part ------------------------------ */
 static dt_status dp_save(void *ctx, const dt_ckpt_place *at, dt_ckpt_snapshot *snap) {
@@ -620,4 +596,5 @@ dt_gc *dt_dp_gc(dt_dp *dp) { return dp->gc; }
 void dt_dp_set_trace(dt_dp *dp, dt_dp_trace_fn fn, void *ctx) {
     dp->trace = fn;
     dp->trace_ctx = ctx;
+    if (dp->z3) dt_z3_set_trace(dp->z3, fn, ctx);
 }

@@ -271,6 +271,8 @@ static dt_status reduce_tied(dt_pipe *p) {
     return DT_OK;
 }
 
+int dt_pipe_n_tied(const dt_pipe *p) { return p->n_tied; }
+
 dt_status dt_pipe_sync_tied(dt_pipe *p) {
     dt_model *m = p->m;
     for (int k = 0; k < p->n_tied; k++) {

@@ -148,7 +148,8 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->eval_max < 0) return dt_errorf(DT_ERR_INVALID, "--eval-max must be >= 0");
     if (c->accum < 1 || c->accum > c->batch)
         return dt_errorf(DT_ERR_INVALID, "--accum %d must be in [1, --batch]", c->accum);
-    if (c->dp.zero < 0 || c->dp.zero > 2) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1 or 2");
+    if (c->dp.zero < 0 || c->dp.zero > 3) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1, 2 or 3");
+    if (c->dp.zero3_keep && c->dp.zero != 3) return dt_errorf(DT_ERR_INVALID, "--zero3-keep is for --zero 3");
     if (c->dp.bucket_bytes < 4) return dt_errorf(DT_ERR_INVALID, "--bucket-mb is too small");
     if (c->ckpt_every < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-every must be >= 0");
     if (c->pp < 1 || c->pp > 256) return dt_errorf(DT_ERR_INVALID, "--pp %d is out of range [1, 256]", c->pp);
@@ -161,6 +162,8 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
         return dt_errorf(DT_ERR_INVALID, "--strategy localsgd, --aggregate, byzantine injection and --balance dynamic are for plain data parallelism: drop --pp, --tp and --zero");
     if (c->strategy == DT_STRATEGY_LOCALSGD && (c->local_h < 1 || c->agg.kind != DT_AGG_NONE))
         return dt_errorf(DT_ERR_INVALID, "--strategy localsgd:H needs H >= 1 and no --aggregate");
+    if (c->strategy == DT_STRATEGY_HOGWILD && c->dp.zero)
+        return dt_errorf(DT_ERR_INVALID, "--strategy hogwild shares one model among threads: --zero does not apply (drop it)");
     if (c->strategy == DT_STRATEGY_HOGWILD && (c->agg.kind != DT_AGG_NONE || byz ||
                                                c->balance_dynamic || c->pp > 1 || c->tp > 1 || c->clip > 0))
         return dt_errorf(DT_ERR_INVALID, "--strategy hogwild runs threads of one process on one model: no --aggregate, --balance, --pp, --tp or --clip");

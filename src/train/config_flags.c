@@ -533,7 +533,10 @@ static const dt_flag train_flags[] = {
     SW("quiet", quiet, false, S_RUN, "no progress output"),
     {.name = "trace", .type = DT_FLAG_STRING, .off = OFF(trace), .attr = TR | DT_FLAG_NOSAVE, .section = S_RUN,
      .arg = "FILE", .help = "Chrome trace timeline of every rank (open in ui.perfetto.dev)"},
-    INT("zero", DT_FLAG_INT, dp.zero, 0, 2, TR, S_PAR, "0|1|2", "ZeRO: 1 shards optimizer state, 2 also gradients"),
+    INT("zero", DT_FLAG_INT, dp.zero, 0, 3, TR, S_PAR, "0|1|2|3", "ZeRO: 1 shards optimizer state, 2 also gradients, "
+        "3 also parameters (gathered around each bucket's use)"),
+    SW("zero3-keep", dp.zero3_keep, false, S_PAR, "ZeRO-3: keep forward's gathered parameters until backward (one gather "
+       "a micro-batch instead of two, more memory)"),
     CH("max-memory", max_memory, max_memory, TR, S_PAR, "BYTES", "refuse a layout whose dtrain-counted memory per rank "
        "(parameters, gradients, optimizer state, activations, buffers) exceeds this at setup, naming what would fit; "
        "16G, 512M (0: no limit)"),

@@ -11,6 +11,14 @@ dt_status tr_evaluate(const dt_model *m, dt_acts *a, dt_loader *ld, int B, int e
     bool lm = ld->d->lm, classes = !lm && m->loss_kind == DT_LOSS_XENT;
     int64_t total = dt_dataset_eval_size(ld->d, eval_max);
     int64_t lo = total * share / shares, hi = total * (share + 1) / shares;
+    /* ZeRO-3 gathers as forward goes: a rank with fewer batches than another
+     * replays the passes it lacks (dt_model_params_skip). */
+    int64_t most = 0;
+    for (int s = 0; s < shares; s++) {
+        int64_t n = total * (s + 1) / shares - total * s / shares;
+        most = (n + B - 1) / B > most ? (n + B - 1) / B : most;
+    }
+    for (int64_t k = (hi - lo + B - 1) / B; k < most; k++) dt_model_params_skip(m, true);
     for (int64_t first = lo; first < hi; first += B) {
         int b = (int)((hi - first) < B ? (hi - first) : B);
         dt_loader_eval(ld, first, b);

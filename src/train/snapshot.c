@@ -137,7 +137,11 @@ dt_status tr_ckpt_save(tr_run *r, int64_t step) {
     if ((dt_dp_gc(r->dp) || dt_robust_momentum(r->rob) || tr_local_state(r)) && !c->dp.zero && r->replica != 0)
         shard.n = 0;
     double ts = dt_now();
+    /* ZeRO-3: the whole model for the snapshot's copy, released after it. */
+    if ((st = dt_dp_params_full(r->dp, true))) return st;
     st = r->TP > 1 ? save_gathered(r, &snap) : dt_ckpt_save_async(k->w, r->m, snap.optim, &shard, k->pmask, &cs);
+    dt_status rs = dt_dp_params_full(r->dp, false);
+    if (!st) st = rs;
     if (!st && r->trace) dt_trace_event(r->trace, "checkpoint snapshot", DT_TRACE_COMPUTE, ts, dt_now(), step, -1);
     k->last_step = step;
     r->stop.snap_s = dt_now() - ts;

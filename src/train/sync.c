@@ -58,6 +58,8 @@ static dt_status forward_backward(tr_run *r, int64_t step, int local_n, float sc
                 dt_trace_event(r->trace, "forward", DT_TRACE_COMPUTE, tf, tb, step, mi);
                 dt_trace_event(r->trace, "backward", DT_TRACE_COMPUTE, tb, te, step, mi);
             }
+        } else {
+            dt_model_params_skip(m, false); /* ZeRO-3: the gathers every other rank makes */
         }
         if ((st = tp_status(m)) || (st = dt_dp_end_backward(r->dp))) return st;
     }
@@ -195,7 +197,7 @@ static dt_status maybe_evaluate(tr_run *r, int64_t step) {
     bool counts = (!r->pipe || r->stage == r->P - 1) && r->tpr == 0;
     dt_status st = tr_evaluate(r->m, r->eacts, &r->ld, r->eB, c->eval_max, r->world, r->pipe, r->replica, r->D, counts,
                                &r->acc, &r->eloss);
-    if (st) return st;
+    if (st || (st = dt_dp_params_status(r->dp))) return st;
     if (r->trace) dt_trace_event(r->trace, "eval", DT_TRACE_COMPUTE, te, dt_now(), step, -1);
     double at = te - r->t0; /* training time when evaluated (earlier evaluations excluded) */
     r->t0 += dt_now() - te;
@@ -460,11 +462,15 @@ static dt_status finish(tr_run *r) {
         st = arr && blocks ? pipe_summary(r, arr, &ps, blocks) : dt_errorf(DT_ERR_NOMEM, "out of memory");
         e.pipe = &ps;
     }
-    if (!st) st = tr_gather_weights(r); /* every rank alike, whatever reporters each has */
-    /* Memory last, so each rank's peak resident set includes the gather. */
+    /* Memory last, so each rank's peak resident set includes the gather;
+     * under ZeRO-3 before it: its peak is the steps', not the whole model's
+     * one gather for the weights file. */
     double *mem = NULL;
     dt_mem_summary ms = {.ranks = r->n};
-    if (!st) st = tr_mem_gather(r, &mem);
+    if (!st && c->dp.zero == 3) st = tr_mem_gather(r, &mem);
+    if (!st) st = dt_dp_params_full(r->dp, true);
+    if (!st) st = tr_gather_weights(r); /* every rank alike, whatever reporters each has */
+    if (!st && c->dp.zero != 3) st = tr_mem_gather(r, &mem);
     ms.bytes = mem;
     e.mem = &ms;
     if (!st && r->lead) st = tr_report_end(c, &e);
