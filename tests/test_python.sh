@@ -118,13 +118,13 @@ tmp = sys.argv[1]
 print(dtrain.launch(n=2, model="mlp", hidden="32,16", batch=32, steps=20, lr=0.05, log_every=2, eval_every=10,
                     quiet=True, out=tmp + "/py2"))
 try:
-    dtrain.launch(n=2, model="mlp", steps=2, zero=3)
+    dtrain.launch(n=2, model="mlp", steps=2, zero=4)
 except dtrain.DtrainError as e:
     print("raised:", e)
 PYEOF
 ) && {
   if "$dt" diff "$tmp/cli2/model.safetensors" "$tmp/py2/model.safetensors" > /dev/null && grep -q "^trained mlp: 20 steps" <<<"$got" &&
-     grep -q "^raised: --zero 3 is out of range \[0, 2\]$" <<<"$got"; then
+     grep -q "^raised: --zero 4 is out of range \[0, 3\]$" <<<"$got"; then
     ok "launch(n=2) = dtrain train -n 2, bitwise; its errors raise: $(tail -1 <<<"$got")"
   else fail "launch:"; indent <<<"$got"; fi; }
 finish

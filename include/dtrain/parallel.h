@@ -54,7 +54,7 @@ typedef struct dt_dp_cfg {
 } dt_dp_cfg;
 
 typedef struct dt_dp_mem {
-    size_t param_bytes;      /* 4P, or ZeRO-3's master shard 4P/N */
+    size_t param_bytes;      /* 4P, or ZeRO-3's master shard 4P/N and the gathered bound (dt_dp_gather_bound) */
     size_t param_gathered_peak; /* ZeRO-3: peak resident bytes of the gathered buckets (first steps) */
     size_t grad_bytes;       /* 4P (ZeRO-0/1) or 4P/N shard (ZeRO-2) */
     size_t grad_staging_peak;/* ZeRO-2: peak resident bytes of the transient gradient arena */
@@ -137,6 +137,13 @@ typedef struct dt_dp_part_ctx {
 } dt_dp_part_ctx;
 void dt_dp_part(dt_dp_part_ctx *ctx, dt_ckpt_part *part);
 int dt_dp_n_buckets(const dt_dp *dp);
+/* The training step the group's timeouts report (its communicators'). */
+void dt_dp_set_step(dt_dp *dp, int64_t step);
+/* ZeRO-3 with these buckets (whatever the stage now): the most bytes of
+ * gathered parameters a rank holds at once: the bucket in use and the next
+ * one's prefetch, and the buckets that tied tensors make others read (held
+ * through a pass); with keep, every bucket. */
+size_t dt_dp_gather_bound(const dt_dp *dp, bool keep);
 /* The bucket whose highest block is top, among blocks [first, top]: returns its
  * lowest block, the first one walking down from top at which the bucket holds
  * at least min_floats parameters, or first. The next bucket starts below it.

@@ -113,7 +113,7 @@ static dt_status parse_counts(json_t *man, const char *mpath, dt_ckpt_state *s) 
     s->n_states = (int)v;
     if ((st = get_int(man, "world", mpath, 1, 1 << 20, &v))) return st;
     s->world = (int)v;
-    if ((st = get_int(man, "zero", mpath, 0, 2, &v))) return st;
+    if ((st = get_int(man, "zero", mpath, 0, 3, &v))) return st;
     s->zero = (int)v;
     if ((st = get_int(man, "batch", mpath, 1, 1 << 20, &v))) return st;
     s->batch = (int)v;

@@ -22,7 +22,7 @@ static bool thp_available(void) {
     return ok;
 }
 
-dt_status dt_arena_map_create(dt_arena_map *a, size_t floats, const char *what) {
+dt_status dt_arena_map_create(dt_arena_map *a, size_t floats, size_t unit, const char *what) {
     size_t bytes = floats * sizeof(float), huge = (size_t)2 << 20, len = (bytes ? bytes : 1) + huge;
     memset(a, 0, sizeof *a);
     void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -32,7 +32,11 @@ dt_status dt_arena_map_create(dt_arena_map *a, size_t floats, const char *what) 
     a->base = (float *)(((uintptr_t)map + huge - 1) / huge * huge);
     a->bytes = bytes ? bytes : 1;
     a->page_floats = (size_t)getpagesize() / sizeof(float);
-    if (bytes >= huge && thp_available() && madvise(a->base, bytes, MADV_HUGEPAGE) == 0) a->page_floats = huge / sizeof(float);
+    bool want = bytes >= huge && unit * sizeof(float) >= 4 * huge;
+    if (want && thp_available() && madvise(a->base, bytes, MADV_HUGEPAGE) == 0)
+        a->page_floats = huge / sizeof(float);
+    else if (!want)
+        madvise(a->base, bytes, MADV_NOHUGEPAGE); /* "always" would fault 2 MiB in where 4 KiB are asked */
     return DT_OK;
 }
 

@@ -82,7 +82,7 @@ static void add_chunk(float *restrict dst, const float *restrict src, size_t n) 
  * bucket's reduce-scatter (par_internal.h); the model's own goes first, so
  * the rank never holds it beside the shard and the optimizer state. */
 static dt_status map_staging(dt_dp *dp) {
-    dt_status st = dt_arena_map_create(&dp->gmap, dp->m->n, "ZeRO-2 gradient staging arena");
+    dt_status st = dt_arena_map_create(&dp->gmap, dp->m->n, dp->m->n, "ZeRO-2 gradient staging arena");
     if (st) return st;
     dt_free(dp->m->g);
     dp->m->g = dp->gmap.base;
@@ -520,7 +520,7 @@ dt_status dt_dp_discard(dt_dp *dp) {
 
 void dt_dp_memory(const dt_dp *dp, dt_dp_mem *mem) {
     size_t P = dp->m->n;
-    mem->param_bytes = dp->z3 ? dp->shard * sizeof(float) : P * sizeof(float);
+    mem->param_bytes = dp->z3 ? dp->shard * sizeof(float) + dt_dp_gather_bound(dp, dp->cfg.zero3_keep) : P * sizeof(float);
     mem->param_gathered_peak = dp->z3 ? dt_z3_resident_peak(dp->z3) : 0;
     mem->grad_bytes = dp->cfg.zero >= 2 ? dp->shard * sizeof(float) : P * sizeof(float);
     mem->grad_staging_peak = dp->staging_peak > dp->staging_peak_comm ? dp->staging_peak : dp->staging_peak_comm;
@@ -591,6 +591,17 @@ void dt_dp_part(dt_dp_part_ctx *ctx, dt_ckpt_part *part) {
 }
 
 int dt_dp_n_buckets(const dt_dp *dp) { return dp->nb; }
+
+void dt_dp_set_step(dt_dp *dp, int64_t step) {
+    dt_comm_set_step(dp->comm, step);
+    if (dp->z3) dt_z3_set_step(dp->z3, step);
+}
+
+size_t dt_dp_gather_bound(const dt_dp *dp, bool keep) {
+    int first = dp->cfg.first_block < 0 ? 0 : dp->cfg.first_block;
+    int last = dp->cfg.last_block < 0 ? dp->m->n_blocks - 1 : dp->cfg.last_block;
+    return dt_z3_gather_bound(dp->m, dp->b, dp->nb, dp->block_bucket, first, last, keep);
+}
 dt_gc *dt_dp_gc(dt_dp *dp) { return dp->gc; }
 
 void dt_dp_set_trace(dt_dp *dp, dt_dp_trace_fn fn, void *ctx) {

@@ -134,13 +134,19 @@ static void drain(dt_z3 *z) {
     pthread_mutex_unlock(&z->mu);
 }
 
+static void unmap(dt_z3 *z, int k) {
+    dt_arena_release(&z->w, z->b[k].lo, z->b[k].hi);
+    z->resident[k] = false;
+}
+
+/* Releases bucket k after its use in a pass; the first passes sample the
+ * arena's resident bytes (the whole-model gathers of dt_z3_full do not). */
 static void release(dt_z3 *z, int k) {
     if (z->passes <= 2) {
         size_t r = dt_arena_resident(&z->w);
         if (r > z->peak) z->peak = r;
     }
-    dt_arena_release(&z->w, z->b[k].lo, z->b[k].hi);
-    z->resident[k] = false;
+    unmap(z, k);
 }
 
 /* ---- the model's hooks ------------------------------------------------------------------ */
@@ -187,19 +193,35 @@ static void use(void *ctx, int block, dt_params_use u, bool eval) {
     if (ends) release_shared(z);
 }
 
-/* Which buckets read which (a tensor used by blocks of two buckets: tied). */
-static void find_needs(dt_z3 *z) {
-    const dt_model *m = z->m;
-    for (int i = z->first; i <= z->last; i++) {
-        int k = z->block_bucket[i];
+/* Which buckets read which (a tensor used by blocks of two buckets: tied):
+ * needs[k * nb + j], and shared[j] when any other bucket reads j. */
+static void find_needs(const dt_model *m, const dt_bucket *b, int nb, const int *block_bucket, int first, int last,
+                       bool *needs, bool *shared) {
+    for (int i = first; i <= last; i++) {
+        int k = block_bucket[i];
         const dt_block *blk = &m->blocks[i];
         for (int t = 0; t < blk->n_tensors && k >= 0; t++)
-            for (int j = 0; j < z->nb; j++)
-                if (j != k && blk->off[t] >= z->b[j].lo && blk->off[t] < z->b[j].hi) {
-                    z->needs[k * z->nb + j] = true;
-                    z->shared[j] = true;
+            for (int j = 0; j < nb; j++)
+                if (j != k && blk->off[t] >= b[j].lo && blk->off[t] < b[j].hi) {
+                    needs[k * nb + j] = true;
+                    shared[j] = true;
                 }
     }
+}
+
+size_t dt_z3_gather_bound(const dt_model *m, const dt_bucket *b, int nb, const int *block_bucket, int first, int last,
+                          bool keep) {
+    bool *needs = dt_calloc((size_t)nb * (size_t)nb + 1, sizeof(bool)), *shared = dt_calloc((size_t)nb + 1, sizeof(bool));
+    size_t held = 0, pair = 0;
+    if (needs && shared) find_needs(m, b, nb, block_bucket, first, last, needs, shared);
+    for (int k = 0; k < nb; k++) {
+        size_t n = b[k].hi - b[k].lo, next = k + 1 < nb && !(shared && shared[k + 1]) ? b[k + 1].hi - b[k + 1].lo : 0;
+        if (keep || (shared && shared[k])) held += n;
+        else if (n + next > pair) pair = n + next;
+    }
+    dt_free(needs);
+    dt_free(shared);
+    return (held + pair) * sizeof(float);
 }
 
 /* The hooks of a pass, in its order, without the compute between them. */
@@ -238,8 +260,8 @@ dt_status dt_z3_create(dt_z3 **out, const dt_z3_cfg *c) {
         st = dt_errorf(DT_ERR_NOMEM, "cannot allocate the ZeRO-3 parameter shard");
         goto fail;
     }
-    find_needs(z);
-    if ((st = dt_arena_map_create(&z->w, c->m->n, "ZeRO-3 parameter arena"))) goto fail;
+    find_needs(z->m, z->b, z->nb, z->block_bucket, z->first, z->last, z->needs, z->shared);
+    if ((st = dt_arena_map_create(&z->w, c->m->n, c->m->n / (size_t)c->nb, "ZeRO-3 parameter arena"))) goto fail;
     if (dt_comm_size(c->comm) > 1 && c->overlap) {
         if (pthread_create(&z->thread, NULL, gather_thread, z) != 0) {
             st = dt_errorf(DT_ERR_NOMEM, "cannot start the ZeRO-3 gather thread");
@@ -307,7 +329,7 @@ dt_status dt_z3_full(dt_z3 *z, bool full) {
     if (!full) {
         z->pinned = false;
         for (int k = 0; k < z->nb; k++)
-            if (z->resident[k]) release(z, k);
+            if (z->resident[k]) unmap(z, k);
         return DT_OK;
     }
     for (int k = z->nb - 1; k >= 0; k--) fetch(z, k);
@@ -333,6 +355,8 @@ void dt_z3_take_times(dt_z3 *z, double *gather_s, double *wait_s) {
     z->gather_s = z->wait_s = 0;
     pthread_mutex_unlock(&z->mu);
 }
+
+void dt_z3_set_step(dt_z3 *z, int64_t step) { dt_comm_set_step(z->comm, step); }
 
 uint64_t dt_z3_bytes_sent(const dt_z3 *z) { return dt_comm_bytes_sent(z->comm); }
 

@@ -23,6 +23,12 @@ typedef struct dt_z3_cfg {
     dt_algo algo;
 } dt_z3_cfg;
 
+/* The most bytes of gathered parameters a rank holds at once with these
+ * buckets: two adjacent buckets (the one in use and the next one's prefetch)
+ * and the buckets other buckets read (tied tensors, held through a pass);
+ * with keep every bucket. Page rounding aside. */
+size_t dt_z3_gather_bound(const dt_model *m, const dt_bucket *b, int nb, const int *block_bucket, int first, int last,
+                          bool keep);
 /* Collective over cfg->comm. The model keeps its arena until dt_z3_adopt. */
 dt_status dt_z3_create(dt_z3 **out, const dt_z3_cfg *cfg);
 /* Gives the model back an ordinary arena (gathered buckets and this rank's
@@ -41,6 +47,8 @@ dt_status dt_z3_status(dt_z3 *z);
 float *dt_z3_shard(dt_z3 *z);
 /* Seconds in gathers (the thread) and waiting for them (the caller) since the last call. */
 void dt_z3_take_times(dt_z3 *z, double *gather_s, double *wait_s);
+/* The training step its timeouts report. */
+void dt_z3_set_step(dt_z3 *z, int64_t step);
 /* Bytes this rank's gathers sent. */
 uint64_t dt_z3_bytes_sent(const dt_z3 *z);
 /* The gathered arena's resident peak seen in the first steps. */

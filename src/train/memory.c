@@ -76,9 +76,11 @@ static double predict(const tr_run *r, const double *row, int world, int tp, int
     double k = c->optim.kind == DT_OPTIM_ADAMW ? 2 : c->optim.momentum > 0 ? 1 : 0;
     double psi = (double)(r->full ? r->full->n : r->m->n), dp = (double)(world / (tp * pp));
     double share = 4.0 * psi / tp, stage = share / pp;
-    double grads = zero == 2 ? stage / dp : share, optim = k * stage / (zero >= 1 ? dp : 1.0);
+    double grads = zero >= 2 ? stage / dp : share, optim = k * stage / (zero >= 1 ? dp : 1.0);
     double copy = tp * pp > 1 ? 8.0 * psi : 0;
-    return share + grads + optim + row[DT_MEM_ACTS] + row[DT_MEM_BUFFERS] + copy;
+    /* ZeRO-3: the shard and the gathered buckets (this layout's: asked only for its own tp and pp) */
+    double params = zero == 3 ? stage / dp + (double)dt_dp_gather_bound(r->dp, c->dp.zero3_keep) : share;
+    return params + grads + optim + row[DT_MEM_ACTS] + row[DT_MEM_BUFFERS] + copy;
 }
 
 /* "; would fit on N ranks: --zero 2 (X MiB), --tp 2 (at most Y MiB)" or why nothing does. */
@@ -86,7 +88,7 @@ static void suggest(const tr_run *r, const double *row, double limit, char *buf,
     const dt_train_cfg *c = r->c;
     size_t at = (size_t)snprintf(buf, n, "; would fit on %d rank%s:", r->n, r->n == 1 ? "" : "s");
     int found = 0;
-    for (int z = c->dp.zero + 1; z <= 2 && r->D > 1; z++) {
+    for (int z = c->dp.zero + 1; z <= 3 && r->D > 1; z++) {
         double t = predict(r, row, r->n, r->TP, r->P, z);
         if (t <= limit && at < n) at += (size_t)snprintf(buf + at, n - at, "%s --zero %d (%.1f MiB)", found++ ? "," : "",
                                                          z, t / 1048576.0);
@@ -102,10 +104,10 @@ static void suggest(const tr_run *r, const double *row, double limit, char *buf,
         }
     }
     if (found) return;
-    double wider = predict(r, row, 2 * r->n, r->TP, r->P, 2);
+    double wider = predict(r, row, 2 * r->n, r->TP, r->P, 3);
     if (wider <= limit)
-        snprintf(buf, n, "; no ZeRO stage, --tp or --pp on %d rank%s fits it (ZeRO-3 is not built): give more ranks "
-                 "(-n %d --zero 2: %.1f MiB) or more memory", r->n, r->n == 1 ? "" : "s", 2 * r->n, wider / 1048576.0);
+        snprintf(buf, n, "; no ZeRO stage, --tp or --pp on %d rank%s fits it: give more ranks "
+                 "(-n %d --zero 3: %.1f MiB) or more memory", r->n, r->n == 1 ? "" : "s", 2 * r->n, wider / 1048576.0);
     else
         snprintf(buf, n, "; no ZeRO stage, --tp or --pp on %d or %d ranks fits it: its activations alone are %.1f MiB "
                  "(lower --batch, or --pp with more --micro-batches and --recompute) or give more memory", r->n, 2 * r->n,

@@ -225,6 +225,7 @@ static dt_status put_memory(dt_report_jsonl *j, const dt_end_info *e) {
     set_int(o, "param_bytes", (long long)r->mem.param_bytes);
     set_int(o, "grad_bytes", (long long)r->mem.grad_bytes);
     set_int(o, "grad_staging_peak_bytes", (long long)r->mem.grad_staging_peak);
+    if (r->mem.param_gathered_peak) set_int(o, "param_gathered_peak_bytes", (long long)r->mem.param_gathered_peak);
     set_int(o, "optim_bytes", (long long)r->mem.optim_bytes);
     set_int(o, "shard_floats", (long long)r->mem.shard_floats);
     set_int(o, "buckets", e->buckets);

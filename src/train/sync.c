@@ -284,6 +284,7 @@ static dt_status update(tr_run *r, int64_t step, float lr, double loss_d, tr_ver
 static dt_status step(tr_run *r, int64_t step) {
     const dt_train_cfg *c = r->c;
     dt_comm_set_step(r->world, step);
+    dt_dp_set_step(r->dp, step);
     tr_step_hook(c, r->rank, step, DT_STEP_BEGIN, r->slow_prev);
     double t[3];
     t[0] = dt_now();
