@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Peak memory per rank, predicted against measured (issue 16): a GPT whose
 # model state and activations dominate the runtime (25.4M parameters) at 1, 2
-# and 4 ranks on this host, under ZeRO 0/1/2, --tp 2 and --pp 2 (1F1B, GPipe,
+# and 4 ranks on this host, under ZeRO 0/1/2/3, --tp 2 and --pp 2 (1F1B, GPipe,
 # --recompute). The host is described once (`dtrain plan --calibrate`: its
 # base_mb and mpi_mb are what a rank holds besides dtrain's own allocations),
 # every world planned (`dtrain plan --json`, the layout matched by dp, tp, pp,
@@ -27,7 +27,8 @@ run_flags="--steps 2 --eval-max 1 --log-every 1"
 layouts="1:1:1:1:0:1:1f1b:0
   2:2:1:1:0:1:1f1b:0 2:2:1:1:1:1:1f1b:0 2:2:1:1:2:1:1f1b:0 2:1:2:1:0:1:1f1b:0
   2:1:1:2:0:4:1f1b:0 2:1:1:2:0:4:gpipe:0 2:1:1:2:0:4:1f1b:1
-  4:4:1:1:0:1:1f1b:0 4:4:1:1:1:1:1f1b:0 4:4:1:1:2:1:1f1b:0 4:2:2:1:0:1:1f1b:0
+  2:2:1:1:3:1:1f1b:0
+  4:4:1:1:0:1:1f1b:0 4:4:1:1:1:1:1f1b:0 4:4:1:1:2:1:1f1b:0 4:4:1:1:3:1:1f1b:0 4:2:2:1:0:1:1f1b:0
   4:2:1:2:1:4:1f1b:0 4:1:2:2:0:4:1f1b:0 4:2:1:2:2:4:gpipe:1"
 
 cat > "$tmp/pm.py" <<'PY'
@@ -84,6 +85,7 @@ def row(results, layout, pred, base_b, metrics):
     note = ""
     st = mem.get("by_rank", {}).get("staging", [0])
     if max(st) > 0: note = f"ZeRO-2 staging measured {min(st) / 1e6:.0f}-{max(st) / 1e6:.0f} MB"
+    if mem.get("param_gathered_peak_bytes"): note += f"; ZeRO-3 gathered peak {mem['param_gathered_peak_bytes'] / 1e6:.0f} MB"
     with open(results, "a") as f: f.write(f"{label(layout)}\t{e_own}\t{e_rss}\n")
     print(f"{lab} {p_own / 1e6:.1f} | {m_own / 1e6:.1f} | {e_own:+.1f}% | {p_rss / 1e6:.1f} | {m_rss / 1e6:.1f} "
           f"| {e_rss:+.1f}% | {note} |", flush=True)

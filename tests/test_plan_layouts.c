@@ -39,14 +39,16 @@ static void one_rank(void) {
 /* The all-reduces of dtrain's dp buckets of mc on c's 2 ranks (parallel.h:
  * whole blocks from the last, each at least 4 MiB of gradients unless it ends
  * at the first block), summed. */
-static double buckets_ar(const dt_plan_cluster *c, const dt_model_cfg *mc) {
+static double buckets_ar(const dt_plan_cluster *c, const dt_model_cfg *mc, double *last_bucket) {
     dt_model *m = NULL;
     if (dt_model_probe(mc, &m)) return -1;
     double sum = 0;
+    if (last_bucket) *last_bucket = -1;
     for (int top = m->n_blocks - 1, low; top >= 0; top = low - 1) {
         low = dt_dp_bucket_low(m, 0, top, (4 << 20) / sizeof(float));
         double floats = (double)(m->blocks[top].param_hi - m->blocks[low].param_lo);
         if (floats > 0) sum += plan_ar(c, 1, 2, 1, 4 * floats);
+        if (last_bucket && *last_bucket < 0) *last_bucket = plan_ar(c, 1, 2, 1, 4 * floats);
     }
     dt_model_destroy(m);
     return sum;
@@ -87,7 +89,7 @@ static void spare_core(void) {
     test_cond("no spare core: predicted", dt_plan_predict(&in, &l, &busy) == DT_OK);
     in.cluster = cluster(1, 2, 4);
     test_cond("spare cores: predicted", dt_plan_predict(&in, &l, &spare) == DT_OK);
-    double whole = plan_ar(in.cluster, 1, 2, 1, 4.0 * (double)busy.mem.params / 4), all = buckets_ar(in.cluster, &mc);
+    double whole = plan_ar(in.cluster, 1, 2, 1, 4.0 * (double)busy.mem.params / 4), all = buckets_ar(in.cluster, &mc, NULL);
     printf("2 ranks: exposed %.4f ms on 2 cores (the buckets' all-reduces: %.4f), %.4f ms on 4\n", busy.dp_s * 1e3,
            all * 1e3, spare.dp_s * 1e3);
     test_cond("no spare core: every bucket's all-reduce is exposed", near(busy.dp_s, all));
@@ -99,6 +101,21 @@ static void spare_core(void) {
     test_cond("ZeRO-2: a reduce-scatter is half an all-reduce", near(z2.dp_s, all / 2));
     test_cond("ZeRO-2: the parameters gathered after the update", near(z2.zero_s, whole / 2));
     test_cond("ZeRO-2: optimizer on half the parameters", near(z2.optim_s, busy.optim_s / 2));
+    /* ZeRO-3 with no core to spare: every bucket gathered for forward, all but
+     * the one backward starts with again for backward, all exposed */
+    l.zero = 3;
+    dt_plan_pred z3, z3s;
+    double last;
+    buckets_ar(in.cluster, &mc, &last);
+    test_cond("ZeRO-3: predicted", dt_plan_predict(&in, &l, &z3) == DT_OK);
+    printf("ZeRO-3, no spare core: gathers exposed %.4f ms (2 x %.4f - %.4f)\n", z3.zero_s * 1e3, all / 2 * 1e3,
+           last / 2 * 1e3);
+    test_cond("ZeRO-3: two passes of half all-reduces, less the bucket kept", near(z3.zero_s, all - last / 2));
+    test_cond("ZeRO-3: the gradients reduce-scattered as under ZeRO-2", near(z3.dp_s, z2.dp_s));
+    in.cluster = cluster(1, 2, 4);
+    test_cond("ZeRO-3, a spare core: predicted", dt_plan_predict(&in, &l, &z3s) == DT_OK);
+    printf("ZeRO-3, a spare core: gathers exposed %.4f ms\n", z3s.zero_s * 1e3);
+    test_cond("ZeRO-3, a spare core: compute hides part of the gathers", z3s.zero_s > 0 && z3s.zero_s < z3.zero_s);
 }
 
 static void unequal_hosts(void) {
@@ -159,7 +176,7 @@ static void refusals(void) {
     refuse(&in, (dt_plan_layout){.dp = 2, .tp = 1, .pp = 1, .micro = 1}, "is not the world of 4 ranks");
     refuse(&in, (dt_plan_layout){.dp = 1, .tp = 4, .pp = 1, .micro = 1}, "--tp 4 spans hosts");
     refuse(&in, (dt_plan_layout){.dp = 1, .tp = 1, .pp = 4, .micro = 16}, "batch 8 is smaller than dp 1 x micro-batches 16");
-    refuse(&in, (dt_plan_layout){.dp = 4, .tp = 1, .pp = 1, .micro = 1, .zero = 3}, "ZeRO 3 is not built");
+    refuse(&in, (dt_plan_layout){.dp = 4, .tp = 1, .pp = 1, .micro = 1, .zero = 4}, "ZeRO 4 is not built");
     refuse(&in, (dt_plan_layout){.dp = 2, .tp = 1, .pp = 2, .micro = 1, .comp = int8}, "for plain data parallelism");
     refuse(&in, (dt_plan_layout){.dp = 4, .tp = 1, .pp = 1, .micro = 1, .comp = psgd}, "powersgd's cost is not modelled");
     refuse(&in, (dt_plan_layout){.dp = 3, .tp = 1, .pp = 1, .micro = 1, .servers = 1, .zero = 1}, "planned plain");
@@ -186,7 +203,7 @@ static void enumeration(void) {
     printf("2 x 2 ranks, speeds 1 and 0.5: %d layouts, %d parameter-server, %d compressed, %d split by speed\n", n, ps,
            comp, bal);
     test_cond("layouts: the parameter server with 1 and 2 servers", ps == 2);
-    test_cond("layouts: 4 codecs x ZeRO 0-2", comp == 12);
+    test_cond("layouts: 4 codecs x ZeRO 0-3", comp == 16);
     test_cond("layouts: the batch split by speed on unequal hosts", bal == 1);
     test_cond("layouts: the world's, fastest first", sorted);
     dt_free(v);

@@ -101,6 +101,16 @@ static void zero_stages(void) {
     printf("ZeRO-2 staging with a core to spare: %.0f bytes (two buckets and the tied embedding: %.0f)\n", spare.staging,
            4 * (2 * LAYER + 2 * C + tied));
     test_cond("zero 2, a core to spare: two buckets, the tied tensor", spare.staging == 4 * (2 * LAYER + 2 * C + tied));
+    /* ZeRO-3: the shard, the two largest adjacent buckets (two layers, one
+     * with ln_f) and the embeddings' bucket, which the LM head reads */
+    dt_plan_layout l3 = {.dp = 3, .tp = 1, .pp = 1, .micro = 1, .zero = 3};
+    dt_plan_mem z3;
+    plan_stage_memory(&in, &l3, &sc, 0, &z3);
+    double bound = 4 * (2 * LAYER + 2 * C + EMB);
+    printf("ZeRO-3 on 3 ranks: params %.0f bytes (shard %.0f + gathered %.0f)\n", z3.params, 4 * shard, bound);
+    test_cond("zero 3: parameters of the shard and the gathered bound", z3.params == 4 * shard + bound);
+    test_cond("zero 3: gradients and optimizer state as ZeRO-2",
+              z3.grads == spare.grads && z3.optim == spare.optim && z3.staging == spare.staging);
     in.adam = false;
     plan_stage_memory(&in, &l2, &sc, 0, &spare);
     test_cond("sgd: 4 bytes of momentum a parameter of the shard", spare.optim == 4 * shard);

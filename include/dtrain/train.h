@@ -164,6 +164,7 @@ typedef struct dt_train_result {
     double seconds;
     dt_dp_mem mem;           /* per-rank bytes of parameters, gradients, optimizer state */
     double comm_s, exposed_s, backward_s; /* whole run, this rank */
+    double gather_s, gather_exposed_s; /* ZeRO-3: parameter gathers and the wait for them (in comm_s, exposed_s) */
     uint64_t bytes_sent;     /* whole run, this rank */
     int64_t resumed_from;    /* step of the checkpoint resumed from, -1 if none */
     double ckpt_blocking_s;  /* time the step loop spent on checkpoint snapshots */

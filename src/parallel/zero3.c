@@ -21,6 +21,8 @@
  * for is replayed (skip) without its compute. */
 #include "zero3.h"
 
+#include "dtrain/parallel.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,6 +65,7 @@ static dt_status gather(dt_z3 *z, int k) {
     const dt_bucket *b = &z->b[k];
     float *w = z->w.base;
     double t0 = dt_now();
+    dt_arena_populate(&z->w, b->lo, b->hi); /* one call, not a fault a page, on this thread */
     memcpy(w + b->own_off, z->shard + b->state_off, b->own_len * sizeof(float));
     dt_status st = dt_comm_size(z->comm) > 1 ? dt_allgather(z->comm, w + b->lo, b->hi - b->lo, z->algo) : DT_OK;
     double t1 = dt_now();
@@ -134,9 +137,23 @@ static void drain(dt_z3 *z) {
     pthread_mutex_unlock(&z->mu);
 }
 
+/* Whether a resident (or queued) bucket overlaps arena floats [lo, hi). */
+static bool page_in_use(const dt_z3 *z, size_t lo, size_t hi) {
+    for (int j = 0; j < z->nb; j++)
+        if (z->resident[j] && z->b[j].lo < hi && z->b[j].hi > lo) return true;
+    return false;
+}
+
+/* Bucket k's pages back to the kernel, with the pages at its edges that it
+ * shares with buckets no longer resident (else each edge's page would stay
+ * for good: 2 MiB a bucket in huge pages). */
 static void unmap(dt_z3 *z, int k) {
-    dt_arena_release(&z->w, z->b[k].lo, z->b[k].hi);
+    size_t pf = z->w.page_floats, n = z->m->n, lo = z->b[k].lo, hi = z->b[k].hi;
     z->resident[k] = false;
+    size_t plo = lo / pf * pf, phi = (hi + pf - 1) / pf * pf;
+    if (plo < lo && !page_in_use(z, plo, plo + pf)) lo = plo;
+    if (phi > hi && !page_in_use(z, phi - pf, phi)) hi = phi < n ? phi : n;
+    dt_arena_release(&z->w, lo, hi);
 }
 
 /* Releases bucket k after its use in a pass; the first passes sample the
@@ -222,6 +239,25 @@ size_t dt_z3_gather_bound(const dt_model *m, const dt_bucket *b, int nb, const i
     dt_free(needs);
     dt_free(shared);
     return (held + pair) * sizeof(float);
+}
+
+size_t dt_dp_gather_bound_of(const dt_model *m, int first, int last, size_t min_floats, bool keep) {
+    dt_bucket *b = dt_calloc((size_t)m->n_blocks + 1, sizeof *b);
+    int *block_bucket = dt_calloc((size_t)m->n_blocks + 1, sizeof(int)), nb = 0;
+    size_t bound = 0;
+    if (b && block_bucket) {
+        for (int i = 0; i < m->n_blocks; i++) block_bucket[i] = -1;
+        for (int top = last, low; top >= first; top = low - 1, nb++) { /* as dp.c builds them */
+            low = dt_dp_bucket_low(m, first, top, min_floats ? min_floats : 1);
+            b[nb] = (dt_bucket){.lo = m->blocks[low].param_lo, .hi = m->blocks[top].param_hi, .first_block = low,
+                                .top_block = top};
+            for (int i = low; i <= top; i++) block_bucket[i] = nb;
+        }
+        bound = dt_z3_gather_bound(m, b, nb, block_bucket, first, last, keep);
+    }
+    dt_free(b);
+    dt_free(block_bucket);
+    return bound;
 }
 
 /* The hooks of a pass, in its order, without the compute between them. */

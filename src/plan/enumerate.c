@@ -1,5 +1,5 @@
 /* Every layout of a cluster's world predicted and ranked (plan.h): dp x tp x
- * pp with tp inside a host; ZeRO 0-2; for pipelines 1-64 micro-batches (powers
+ * pp with tp inside a host; ZeRO 0-3; for pipelines 1-64 micro-batches (powers
  * of 2 the batch allows), GPipe
  * and 1F1B, recomputation or not; for plain data parallelism the codecs
  * (fp16, int8, topk:0.01, sign) and the parameter server with 1 or 2 servers
@@ -44,7 +44,7 @@ static dt_status plain_dp(list *x, const dt_plan_in *in, int W) {
     for (int k = 0; k < 4 && !st && W > 1; k++) {
         dt_plan_layout l = {.dp = W, .tp = 1, .pp = 1, .micro = 1};
         if ((st = dt_comp_parse(codecs[k], &l.comp))) return st;
-        for (l.zero = 0; l.zero <= 2 && !st; l.zero++) st = add(x, in, &l);
+        for (l.zero = 0; l.zero <= 3 && !st; l.zero++) st = add(x, in, &l);
     }
     for (int S = 1; S <= 2 && !st && W - S >= 1; S++) {
         dt_plan_layout l = {.dp = W - S, .tp = 1, .pp = 1, .micro = 1, .servers = S};
@@ -60,7 +60,7 @@ static dt_status plain_dp(list *x, const dt_plan_in *in, int W) {
 static dt_status degrees(list *x, const dt_plan_in *in, int W, int tp, int pp) {
     int dp = W / (tp * pp);
     dt_status st = DT_OK;
-    for (int zero = 0; zero <= (dp > 1 ? 2 : 0) && !st; zero++)
+    for (int zero = 0; zero <= (dp > 1 ? 3 : 0) && !st; zero++)
         for (int M = 1; M <= (pp > 1 ? 64 : 1) && M * dp <= in->batch && !st; M *= 2)
             for (int sch = 0; sch <= (pp > 1) && !st; sch++)
                 for (int rc = 0; rc <= (pp > 1) && !st; rc++) {

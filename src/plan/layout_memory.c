@@ -8,8 +8,11 @@
  * over the stage's gradient buckets of its chunk of each under ZeRO 1/2),
  * b = ceil(ceil(batch / dp) / M) samples a micro-batch (M = 1 without a
  * pipeline) and K bytes of optimizer state a parameter (AdamW 8, SGD 4):
- *   params   4A
- *   grads    4A, or 4S under ZeRO-2
+ *   params   4A, or under ZeRO-3 4S + G: the shard and what the gathers
+ *            hold at once (dt_dp_gather_bound_of: the largest two adjacent
+ *            buckets, one in use and the next prefetched, and the buckets
+ *            another bucket's blocks read, tied tensors held through a pass)
+ *   grads    4A, or 4S under ZeRO-2 and 3
  *   staging  ZeRO-2's transient gradient arena at its peak: when the host's
  *            ranks leave no core to spare (the step model's reading too:
  *            the reduction cannot keep up with backward) the stage's whole
@@ -35,7 +38,7 @@
  *   base     the cluster's: the runtime and the data, and MPI's share when the
  *            world has more than one rank (dtrain plan --calibrate)
  * The resident peak is the base and the larger of the kinds' sum and, under
- * ZeRO-2, its setup: the model's two arenas (the gradient one not yet swapped
+ * ZeRO-2 and 3, its setup: the model's two arenas (the gradient one not yet swapped
  * for the staging arena) and the unsharded model's, 8A (+ 8L with tp or pp),
  * before anything else of the run is allocated.
  * Each array is rounded to 16 floats as dt_alloc_floats rounds it; buckets are
@@ -166,9 +169,13 @@ void plan_stage_memory(const dt_plan_in *in, const dt_plan_layout *l, const stag
     double arena = (double)m->n, shard, big2, big1, acts, bufs;
     buckets(sc, l->dp, l->zero > 0, &shard, &big2, &big1);
     stage_acts(l, sc, s, b, &acts, &bufs);
-    out->params = 4 * arena;
-    out->grads = 4 * (l->zero == 2 ? shard : arena);
-    out->staging = l->zero == 2 ? 4 * staging(in, l, sc, big2, big1) : 0;
+    dt_dp_cfg dc;
+    dt_dp_cfg_default(&dc);
+    out->params = l->zero == 3 ? 4 * shard + (double)dt_dp_gather_bound_of(m, sc->first, sc->last,
+                                                                            dc.bucket_bytes / sizeof(float), false)
+                               : 4 * arena;
+    out->grads = 4 * (l->zero >= 2 ? shard : arena);
+    out->staging = l->zero >= 2 ? 4 * staging(in, l, sc, big2, big1) : 0;
     out->optim = (in->adam ? 8 : 4) * shard;
     out->acts = 4 * acts;
     out->buffers = 4 * bufs + codec_bytes(l, arena, big1);
@@ -176,7 +183,7 @@ void plan_stage_memory(const dt_plan_in *in, const dt_plan_layout *l, const stag
     out->copy = (l->tp > 1 || l->pp > 1 ? 8 * logical : 0) + (l->tp > 1 ? 8 * (arena + logical) : 0);
     const dt_plan_cluster *c = in->cluster;
     out->base = c->base + (c->hosts * c->per_host > 1 ? c->mpi_base : 0);
-    out->setup = l->zero == 2 ? 8 * arena + (l->tp > 1 || l->pp > 1 ? 8 * logical : 0) : 0;
+    out->setup = l->zero >= 2 ? 8 * arena + (l->tp > 1 || l->pp > 1 ? 8 * logical : 0) : 0;
     double own = out->params + out->grads + out->staging + out->optim + out->acts + out->buffers + out->copy;
     out->total = out->base + (own > out->setup ? own : out->setup);
 }
@@ -186,6 +193,12 @@ dt_status plan_layout_memory(const dt_plan_in *in, const dt_plan_layout *l, cons
         return dt_errorf(DT_ERR_INVALID, "plan: memory of dp %d x pp %d, %d micro-batches, batch %d", l->dp, l->pp,
                          l->micro, in->batch);
     p->mem.total = -1;
+    for (int s = 0; s < l->pp && l->zero == 3 && l->pp > 1; s++) {
+        double foreign, all;
+        tied(&sc[s], &foreign, &all);
+        if (foreign > 0)
+            return dt_errorf(DT_ERR_INVALID, "plan: --zero 3 --pp %d: the model ties tensors across stages", l->pp);
+    }
     for (int s = 0; s < l->pp; s++) {
         dt_plan_mem m;
         plan_stage_memory(in, l, &sc[s], s, &m);

@@ -73,7 +73,7 @@ static dt_status check(const dt_plan_in *in, const dt_plan_layout *l, int world)
         return dt_errorf(DT_ERR_INVALID, "plan: --tp %d spans hosts (%d ranks per host)", l->tp, in->cluster->per_host);
     if (in->batch < l->dp * l->micro)
         return dt_errorf(DT_ERR_INVALID, "plan: batch %d is smaller than dp %d x micro-batches %d", in->batch, l->dp, l->micro);
-    if (l->zero < 0 || l->zero > 2) return dt_errorf(DT_ERR_INVALID, "plan: ZeRO %d is not built (0, 1, 2)", l->zero);
+    if (l->zero < 0 || l->zero > 3) return dt_errorf(DT_ERR_INVALID, "plan: ZeRO %d is not built (0 to 3)", l->zero);
     if ((l->comp.kind != DT_COMP_NONE || l->servers || l->balance) && (l->tp > 1 || l->pp > 1))
         return dt_errorf(DT_ERR_INVALID, "plan: compression, the parameter server and a split by speed are for plain "
                                          "data parallelism (tp = pp = 1)");
@@ -141,7 +141,7 @@ static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const stage_
     p->dp_s = dp - codec;
     p->codec_s = codec;
     p->ps_s = plan_ps_exposed(c, l, &sc[worst], bwd[worst]);
-    p->zero_s = plan_zero_gather(c, l, &sc[worst]);
+    p->zero_s = plan_zero_gather(c, l, &sc[worst], fwd[worst], bwd[worst]);
     p->optim_s = l->servers ? 0 : sc[worst].params / (l->zero ? l->dp : 1) * c->optim_s_per_param;
     p->step_s = span + p->dp_s + p->codec_s + p->ps_s + p->zero_s + p->optim_s;
 }

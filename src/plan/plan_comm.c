@@ -11,7 +11,13 @@
  *            their owner, (N-1)(a + e n b / N) + n enc + n dec (gradcomp.h),
  *            e the codec's bytes per value;
  *   zero     ZeRO 1/2's parameter all-gather after the update, half a ring
- *            all-reduce of the parameters;
+ *            all-reduce of the parameters; ZeRO-3's gathers bucket by bucket
+ *            before each micro-batch's forward and backward (the bucket
+ *            backward starts with stays from forward), each prefetched on
+ *            the gather thread while the bucket before it computes: what a
+ *            pass waits for is the first bucket's gather and any gather
+ *            longer than the compute it hides behind (all of it with no core
+ *            to spare);
  *   ps       the parameter server under BSP: each of S servers takes W pushes
  *            of P/S floats, sums them, applies the optimizer and answers W
  *            pulls, through its one link.
@@ -107,11 +113,62 @@ double plan_dp_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const 
     return comm_end > last_bwd ? comm_end - last_bwd : 0;
 }
 
-double plan_zero_gather(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w) {
+/* The stage's buckets in forward order (the first blocks' first): floats and
+ * FLOPs of each, at most cap; their count. */
+static int z3_buckets(const stage_cost *w, double *floats, double *flops, int cap) {
+    const dt_model *m = w->model;
+    dt_dp_cfg dc;
+    dt_dp_cfg_default(&dc);
+    int n = 0;
+    for (int top = w->last, low; top >= w->first && n < cap; top = low - 1) {
+        low = dt_dp_bucket_low(m, w->first, top, dc.bucket_bytes / sizeof(float));
+        floats[n] = (double)(m->blocks[top].param_hi - m->blocks[low].param_lo);
+        flops[n] = 0;
+        for (int b = low; b <= top; b++) flops[n] += (double)m->blocks[b].flops;
+        n++;
+    }
+    for (int i = 0; i < n / 2; i++) { /* built from the last block: reverse */
+        double f = floats[i], g = flops[i];
+        floats[i] = floats[n - 1 - i], flops[i] = flops[n - 1 - i];
+        floats[n - 1 - i] = f, flops[n - 1 - i] = g;
+    }
+    return n;
+}
+
+/* One pass of pass_s seconds over the buckets from..to (step +1 or -1), each
+ * gathered while the one before computes: the seconds it waits. */
+static double z3_pass(const double *gather, const double *flops, double total, int from, int to, double pass_s) {
+    double clock = 0, comm = 0, busy = 0;
+    int dir = to >= from ? 1 : -1;
+    for (int k = from;; k += dir) {
+        double ready = comm + gather[k], c = total > 0 ? pass_s * flops[k] / total : 0;
+        comm = ready; /* the next gather leaves as soon as this one is in */
+        clock = (clock > ready ? clock : ready) + c;
+        busy += c;
+        if (k == to) break;
+    }
+    return clock - busy;
+}
+
+double plan_zero_gather(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double fwd, double bwd) {
     if (!l->zero || l->dp < 2) return 0;
     int hosts, per, share;
     plan_dp_span(c, l, &hosts, &per, &share);
-    return 0.5 * plan_ar(c, hosts, per, share, w->params * 4);
+    if (l->zero < 3) return 0.5 * plan_ar(c, hosts, per, share, w->params * 4);
+    double floats[4096], flops[4096], gather[4096], total = 0, all = 0;
+    int n = z3_buckets(w, floats, flops, 4096);
+    for (int k = 0; k < n; k++) {
+        gather[k] = 0.5 * plan_ar(c, hosts, per, share, floats[k] * 4);
+        total += flops[k];
+        all += gather[k];
+    }
+    if (n == 0) return 0;
+    /* backward starts with the last bucket forward left gathered */
+    double first_bwd = gather[n - 1];
+    if (plan_oversubscribed(c)) return l->micro * (2 * all - first_bwd);
+    double f = z3_pass(gather, flops, total, 0, n - 1, fwd);
+    gather[n - 1] = 0;
+    return l->micro * (f + z3_pass(gather, flops, total, n - 1, 0, bwd));
 }
 
 double plan_ps_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd) {

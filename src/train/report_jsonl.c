@@ -231,6 +231,10 @@ static dt_status put_memory(dt_report_jsonl *j, const dt_end_info *e) {
     set_int(o, "buckets", e->buckets);
     set_real(o, "comm_s", r->comm_s);
     set_real(o, "comm_exposed_s", r->exposed_s);
+    if (e->zero == 3) {
+        set_real(o, "gather_s", r->gather_s);
+        set_real(o, "gather_exposed_s", r->gather_exposed_s);
+    }
     set_real(o, "backward_s", r->backward_s);
     if (r->ckpt_replica_bytes > 0) set_int(o, "ckpt_replica_bytes", (long long)r->ckpt_replica_bytes);
     if (e->mem) put_ranks_memory(o, e->mem);

@@ -139,6 +139,8 @@ static dt_status account(tr_run *r, int local_n, int global_n, double loss_d, do
     res->comp.payload_bytes += ss.comp.payload_bytes;
     res->comm_s += ss.comm_s;
     res->exposed_s += ss.exposed_s;
+    res->gather_s += ss.gather_s;
+    res->gather_exposed_s += ss.gather_wait_s;
     res->backward_s += ss.backward_s;
     res->bytes_sent += ss.bytes_sent;
     r->win.compute_s += compute;
