@@ -88,6 +88,11 @@ dt_status dt_dp_broadcast_params(dt_dp *dp);
  * whole model: checkpoints, the end of the run) until called with !full,
  * which releases them again. Nothing under ZeRO-0/1/2. */
 dt_status dt_dp_params_full(dt_dp *dp, bool full);
+/* ZeRO-3, collective: hold gathers the parameters of arena floats [lo, hi)
+ * (the buckets holding them) until called with !hold; between steps (a
+ * pipeline's tied tensor, sent to the stage that reads it after the update).
+ * Nothing under ZeRO-0/1/2. */
+dt_status dt_dp_params_hold(dt_dp *dp, size_t lo, size_t hi, bool hold);
 /* ZeRO-3: the first failed parameter gather (forward, backward or an
  * evaluation gathers through the model's hooks), or DT_OK. */
 dt_status dt_dp_params_status(dt_dp *dp);

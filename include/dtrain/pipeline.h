@@ -75,8 +75,10 @@ int dt_pipe_stage_last(const dt_pipe *p);
 dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_x, double *loss);
 /* Tensors tied across stages (each synced after every update). */
 int dt_pipe_n_tied(const dt_pipe *p);
-/* After dt_dp_step: owners send updated tied tensors to the stages that use them. */
-dt_status dt_pipe_sync_tied(dt_pipe *p);
+/* After dt_dp_step: owners send updated tied tensors to the stages that use
+ * them (under ZeRO-3 the owner gathers the tensor's bucket for the send;
+ * the user keeps its copy resident: no bucket of its own holds it). */
+dt_status dt_pipe_sync_tied(dt_pipe *p, dt_dp *dp);
 /* Forward only (evaluation): returns the loss sum and, for classifiers, the
  * number of correct predictions (both 0 off the last stage). */
 dt_status dt_pipe_eval(dt_pipe *p, const dt_batch *batch, double *loss_sum, double *correct);

@@ -304,6 +304,10 @@ dt_status dt_dp_broadcast_params(dt_dp *dp) {
 
 dt_status dt_dp_params_full(dt_dp *dp, bool full) { return dp->z3 ? dt_z3_full(dp->z3, full) : DT_OK; }
 
+dt_status dt_dp_params_hold(dt_dp *dp, size_t lo, size_t hi, bool hold) {
+    return dp->z3 ? dt_z3_hold(dp->z3, lo, hi, hold) : DT_OK;
+}
+
 dt_status dt_dp_params_status(dt_dp *dp) { return dp->z3 ? dt_z3_status(dp->z3) : DT_OK; }
 
 /* ---- backward ------------------------------------------------------------------------ */

@@ -273,7 +273,7 @@ static dt_status reduce_tied(dt_pipe *p) {
 
 int dt_pipe_n_tied(const dt_pipe *p) { return p->n_tied; }
 
-dt_status dt_pipe_sync_tied(dt_pipe *p) {
+dt_status dt_pipe_sync_tied(dt_pipe *p, dt_dp *dp) {
     dt_model *m = p->m;
     for (int k = 0; k < p->n_tied; k++) {
         const tied *t = &p->ties[k];
@@ -281,8 +281,11 @@ dt_status dt_pipe_sync_tied(dt_pipe *p) {
         dt_status st = DT_OK;
         if (p->stage == t->owner) {
             dt_req r;
-            st = dt_isend(p->pp, m->w + par->offset, par->numel * sizeof(float), t->user, TAG_TIED + 8 + k, &r);
+            st = dt_dp_params_hold(dp, par->offset, par->offset + par->numel, true);
+            if (!st) st = dt_isend(p->pp, m->w + par->offset, par->numel * sizeof(float), t->user, TAG_TIED + 8 + k, &r);
             if (!st) st = dt_waitall(p->pp, &r, 1, "pipeline tied weights");
+            dt_status rs = dt_dp_params_hold(dp, par->offset, par->offset + par->numel, false);
+            if (!st) st = rs;
         } else if (p->stage == t->user) {
             st = recv_floats(p, m->w + par->offset, par->numel, t->owner, TAG_TIED + 8 + k, "pipeline tied weights");
         }

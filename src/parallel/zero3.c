@@ -226,10 +226,35 @@ static void find_needs(const dt_model *m, const dt_bucket *b, int nb, const int 
     }
 }
 
+/* The tensor at arena offset off read by one of this rank's blocks but in
+ * none of its buckets (a tie across pipeline stages: the owner stage sends
+ * its values after each update): its floats, 0 when it is in a bucket. */
+static size_t foreign_numel(const dt_model *m, const dt_bucket *b, int nb, size_t off) {
+    for (int j = 0; j < nb; j++)
+        if (off >= b[j].lo && off < b[j].hi) return 0;
+    for (int k = 0; k < m->n_params; k++)
+        if (m->params[k].offset == off) return m->params[k].numel;
+    return 0;
+}
+
+/* Floats of the foreign tensors blocks [first, last] read (each once). */
+static size_t foreign_floats(const dt_model *m, const dt_bucket *b, int nb, int first, int last) {
+    size_t n = 0;
+    for (int i = first; i <= last; i++)
+        for (int t = 0; t < m->blocks[i].n_tensors; t++) {
+            size_t off = m->blocks[i].off[t];
+            bool seen = false;
+            for (int i2 = first; i2 <= i && !seen; i2++)
+                for (int t2 = 0; t2 < m->blocks[i2].n_tensors && !(i2 == i && t2 >= t); t2++) seen |= m->blocks[i2].off[t2] == off;
+            if (!seen) n += foreign_numel(m, b, nb, off);
+        }
+    return n;
+}
+
 size_t dt_z3_gather_bound(const dt_model *m, const dt_bucket *b, int nb, const int *block_bucket, int first, int last,
                           bool keep) {
     bool *needs = dt_calloc((size_t)nb * (size_t)nb + 1, sizeof(bool)), *shared = dt_calloc((size_t)nb + 1, sizeof(bool));
-    size_t held = 0, pair = 0;
+    size_t held = foreign_floats(m, b, nb, first, last), pair = 0;
     if (needs && shared) find_needs(m, b, nb, block_bucket, first, last, needs, shared);
     for (int k = 0; k < nb; k++) {
         size_t n = b[k].hi - b[k].lo, next = k + 1 < nb && !(shared && shared[k + 1]) ? b[k + 1].hi - b[k + 1].lo : 0;
@@ -346,19 +371,52 @@ void dt_z3_destroy(dt_z3 *z) {
     dt_free(z);
 }
 
+/* Releases the whole arena but the foreign tensors (copied in from `from`
+ * when it is not the arena), which stay resident: no gather brings them. */
+static void release_all_but_foreign(dt_z3 *z, const float *from) {
+    const dt_model *m = z->m;
+    size_t done = 0; /* released below this offset: the foreign ranges come in offset order */
+    for (;;) {
+        size_t lo = m->n, n = 0;
+        for (int i = z->first; i <= z->last; i++)
+            for (int t = 0; t < m->blocks[i].n_tensors; t++) {
+                size_t off = m->blocks[i].off[t], k = off >= done && off < lo ? foreign_numel(m, z->b, z->nb, off) : 0;
+                if (k) lo = off, n = k;
+            }
+        if (lo == m->n) break;
+        if (from != z->w.base) memcpy(z->w.base + lo, from + lo, n * sizeof(float));
+        if (lo > done) dt_arena_release(&z->w, done, lo);
+        done = lo + n;
+    }
+    if (done < m->n) dt_arena_release(&z->w, done, m->n);
+}
+
 void dt_z3_adopt(dt_z3 *z) {
     dt_model *m = z->m;
     if (z->thread_started) drain(z);
     for (int k = 0; k < z->nb; k++)
         memcpy(z->shard + z->b[k].state_off, m->w + z->b[k].own_off, z->b[k].own_len * sizeof(float));
-    if (m->w != z->w.base) {
-        dt_free(m->w);
+    float *old = m->w;
+    release_all_but_foreign(z, old);
+    if (old != z->w.base) {
+        dt_free(old);
         m->w = z->w.base;
         m->params_hook = (dt_param_hooks){.use = use, .skip = skip, .ctx = z};
     }
-    dt_arena_release(&z->w, 0, m->n);
     memset(z->resident, 0, (size_t)z->nb * sizeof(bool));
     z->pinned = false;
+}
+
+dt_status dt_z3_hold(dt_z3 *z, size_t lo, size_t hi, bool hold) {
+    for (int k = 0; k < z->nb; k++) {
+        if (z->b[k].lo >= hi || z->b[k].hi <= lo) continue;
+        if (hold) fetch(z, k);
+        else if (z->resident[k] && !z->pinned) unmap(z, k);
+    }
+    if (!hold) return DT_OK;
+    for (int k = 0; k < z->nb; k++)
+        if (z->b[k].lo < hi && z->b[k].hi > lo) wait_for(z, k);
+    return dt_z3_status(z);
 }
 
 dt_status dt_z3_full(dt_z3 *z, bool full) {

@@ -26,7 +26,8 @@ typedef struct dt_z3_cfg {
 /* The most bytes of gathered parameters a rank holds at once with these
  * buckets: two adjacent buckets (the one in use and the next one's prefetch)
  * and the buckets other buckets read (tied tensors, held through a pass);
- * with keep every bucket. Page rounding aside. */
+ * with keep every bucket; plus the tensors the blocks read that no bucket
+ * holds (tied across pipeline stages: always resident). Page rounding aside. */
 size_t dt_z3_gather_bound(const dt_model *m, const dt_bucket *b, int nb, const int *block_bucket, int first, int last,
                           bool keep);
 /* Collective over cfg->comm. The model keeps its arena until dt_z3_adopt. */
@@ -41,6 +42,10 @@ void dt_z3_adopt(dt_z3 *z);
 /* full: every bucket gathered (collective; the hooks stand by), for readers
  * of the whole model (checkpoints, the end of the run); !full: all released. */
 dt_status dt_z3_full(dt_z3 *z, bool full);
+/* hold: the buckets overlapping arena floats [lo, hi) gathered (waited for);
+ * else released. Between passes (a pipeline's tied tensor sent after the
+ * update). The gather's status. */
+dt_status dt_z3_hold(dt_z3 *z, size_t lo, size_t hi, bool hold);
 /* The first failed gather's error (sticky), or DT_OK. */
 dt_status dt_z3_status(dt_z3 *z);
 /* The master shard, indexed like the optimizer state. */

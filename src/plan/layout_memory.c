@@ -10,8 +10,9 @@
  * pipeline) and K bytes of optimizer state a parameter (AdamW 8, SGD 4):
  *   params   4A, or under ZeRO-3 4S + G: the shard and what the gathers
  *            hold at once (dt_dp_gather_bound_of: the largest two adjacent
- *            buckets, one in use and the next prefetched, and the buckets
- *            another bucket's blocks read, tied tensors held through a pass)
+ *            buckets, one in use and the next prefetched, the buckets
+ *            another bucket's blocks read, tied tensors held through a pass,
+ *            and a tensor tied across stages, kept whole by its reader)
  *   grads    4A, or 4S under ZeRO-2 and 3
  *   staging  ZeRO-2's transient gradient arena at its peak: when the host's
  *            ranks leave no core to spare (the step model's reading too:
@@ -193,12 +194,6 @@ dt_status plan_layout_memory(const dt_plan_in *in, const dt_plan_layout *l, cons
         return dt_errorf(DT_ERR_INVALID, "plan: memory of dp %d x pp %d, %d micro-batches, batch %d", l->dp, l->pp,
                          l->micro, in->batch);
     p->mem.total = -1;
-    for (int s = 0; s < l->pp && l->zero == 3 && l->pp > 1; s++) {
-        double foreign, all;
-        tied(&sc[s], &foreign, &all);
-        if (foreign > 0)
-            return dt_errorf(DT_ERR_INVALID, "plan: --zero 3 --pp %d: the model ties tensors across stages", l->pp);
-    }
     for (int s = 0; s < l->pp; s++) {
         dt_plan_mem m;
         plan_stage_memory(in, l, &sc[s], s, &m);

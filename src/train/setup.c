@@ -321,10 +321,6 @@ dt_status tr_setup_strategy(tr_run *r) {
     dt_dp_stats discard; /* the broadcast is not step 1's traffic */
     dt_dp_take_stats(r->dp, &discard);
     if (r->P > 1 && (st = dt_pipe_create(&r->pipe, m, r->ppc, &r->part, &c->pipe, r->micro_max))) return st;
-    if (r->pipe && c->dp.zero == 3 && dt_pipe_n_tied(r->pipe) > 0)
-        return dt_errorf(DT_ERR_INVALID, "--zero 3 --pp %d: this model ties tensors across pipeline stages (%s's embedding and "
-                         "output, say), which ZeRO-3 does not shard; use --zero 2 or a model without tied tensors",
-                         r->P, dt_model_name(&c->model));
     if (!r->pipe) {
         if ((st = dt_acts_create(&r->acts, m, 0, m->n_blocks - 1, r->micro_max))) return st;
         if ((st = dt_acts_create(&r->eacts, m, 0, m->n_blocks - 1, r->eB))) return st;

@@ -85,7 +85,7 @@ static dt_status reduce_update(tr_run *r, int64_t step, float lr) {
     if (r->rob && (st = dt_robust_reduce(r->rob, r->m, step))) return st;
     if ((st = dt_dp_step(r->dp, lr, dt_robust_momentum(r->rob) ? 0.0f : r->c->clip, NULL))) return st;
     if ((st = local_average(r, step))) return st;
-    return r->pipe ? dt_pipe_sync_tied(r->pipe) : DT_OK;
+    return r->pipe ? dt_pipe_sync_tied(r->pipe, r->dp) : DT_OK;
 }
 
 /* --balance dynamic: each worker's speed (samples per second of its own
