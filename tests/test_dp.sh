@@ -91,7 +91,7 @@ start=$(date +%s)
 "$dt" train -n 3 $MLP --steps 6 --timeout 2 --inject hang:rank=2:step=3 > "$tmp/hang.out" 2> "$tmp/hang.err"
 rc=$?
 took=$(( $(date +%s) - start ))
-if [ $rc -eq 3 ] && grep -q "rank 2 did not" "$tmp/hang.err" && grep -qi "timed out" "$tmp/hang.err"; then
+if [ $rc -eq 3 ] && grep -qE "ranks? ([0-9]+, )*2 did not" "$tmp/hang.err" && grep -qi "timed out" "$tmp/hang.err"; then
   ok "stalled rank: exit 3 after ${took}s: $(grep -i 'timed out' "$tmp/hang.err" | head -1)"
 else
   fail "stalled rank: rc=$rc after ${took}s"; cat "$tmp/hang.err" | head -20

@@ -94,7 +94,7 @@ run maxmem_z3 -n 4 --zero 3 $G9 --max-memory 115M --quiet && ok "--max-memory 11
 # a rank that stops: the others' gather times out naming it
 "$dt" train -n 3 --zero 3 $B $MLP --timeout 2 --inject hang:rank=2:step=3 > "$tmp/hang.out" 2> "$tmp/hang.err"
 rc=$?
-if [ $rc -eq 3 ] && grep -q "rank 2 did not" "$tmp/hang.err" && grep -q "at step 3" "$tmp/hang.err"; then
+if [ $rc -eq 3 ] && grep -qE "ranks? ([0-9]+, )*2 did not" "$tmp/hang.err" && grep -q "at step 3" "$tmp/hang.err"; then
   ok "stalled rank under ZeRO-3: exit 3: $(grep -m1 'timed out' "$tmp/hang.err" | cut -c1-160)"
 else fail "stalled rank under ZeRO-3: rc=$rc"; head -5 "$tmp/hang.err" | indent; fi
 

@@ -13,7 +13,12 @@
  * of its own, on a communicator of its own, runs the gathers in the order the
  * compute thread asks for them, and every use asks for the next bucket too:
  * its gather overlaps this bucket's compute. Memory: the master shard (4P/N)
- * and at most two gathered buckets (all of them with keep).
+ * and at most two gathered buckets (all of them with keep), the buckets tied
+ * tensors make other buckets read (held through the pass), and a tensor
+ * tied across pipeline stages that no bucket here holds (kept whole; its
+ * owner stage sends it after each update). A gather first faults its pages
+ * in with one madvise; a release hands back the pages wholly inside its
+ * bucket and those at its edges that nothing resident shares.
  *
  * Ordering contract: the gathers are asked for by the model's parameter
  * hooks, so every rank of the group asks for the same buckets in the same
@@ -41,6 +46,9 @@ struct dt_z3 {
     bool *resident;           /* gathered, or its gather queued */
     bool *needs;              /* nb x nb: needs[k * nb + j]: bucket k's blocks read tensors of j (tied) */
     bool *shared;             /* read by another bucket's blocks: held until the pass ends */
+    size_t *foreign;          /* [lo, hi) pairs in offset order: tensors the blocks read that no bucket
+                               * holds (tied across pipeline stages), always resident */
+    int n_foreign;
     int64_t *ticket;          /* queue position of the bucket's last gather */
     int *queue;
     int64_t queued, done;
@@ -137,10 +145,13 @@ static void drain(dt_z3 *z) {
     pthread_mutex_unlock(&z->mu);
 }
 
-/* Whether a resident (or queued) bucket overlaps arena floats [lo, hi). */
+/* Whether a resident (or queued) bucket or a foreign tensor overlaps arena
+ * floats [lo, hi). */
 static bool page_in_use(const dt_z3 *z, size_t lo, size_t hi) {
     for (int j = 0; j < z->nb; j++)
         if (z->resident[j] && z->b[j].lo < hi && z->b[j].hi > lo) return true;
+    for (int f = 0; f < z->n_foreign; f++)
+        if (z->foreign[2 * f] < hi && z->foreign[2 * f + 1] > lo) return true;
     return false;
 }
 
@@ -300,6 +311,42 @@ static void skip(void *ctx, bool eval) {
 
 /* ---- life ----------------------------------------------------------------------------------- */
 
+/* The foreign tensors' ranges in offset order into z->foreign (NULL, 0 when
+ * none); false when out of memory. */
+static bool collect_foreign(dt_z3 *z) {
+    const dt_model *m = z->m;
+    size_t done = 0;
+    for (;;) { /* the next foreign tensor at or above done */
+        size_t lo = m->n, n = 0;
+        for (int i = z->first; i <= z->last; i++)
+            for (int t = 0; t < m->blocks[i].n_tensors; t++) {
+                size_t off = m->blocks[i].off[t], k = off >= done && off < lo ? foreign_numel(m, z->b, z->nb, off) : 0;
+                if (k) lo = off, n = k;
+            }
+        if (lo == m->n) return true;
+        size_t *f = dt_realloc_array(z->foreign, (size_t)z->n_foreign + 1, 2 * sizeof(size_t));
+        if (!f) return false;
+        z->foreign = f;
+        f[2 * z->n_foreign] = lo;
+        f[2 * z->n_foreign + 1] = lo + n;
+        z->n_foreign++;
+        done = lo + n;
+    }
+}
+
+/* Releases the whole arena but the foreign tensors (copied in from `from`
+ * when it is not the arena), which stay resident: no gather brings them. */
+static void release_all_but_foreign(dt_z3 *z, const float *from) {
+    size_t done = 0;
+    for (int f = 0; f < z->n_foreign; f++) {
+        size_t lo = z->foreign[2 * f], hi = z->foreign[2 * f + 1];
+        if (from != z->w.base) memcpy(z->w.base + lo, from + lo, (hi - lo) * sizeof(float));
+        if (lo > done) dt_arena_release(&z->w, done, lo);
+        done = hi;
+    }
+    if (done < z->m->n) dt_arena_release(&z->w, done, z->m->n);
+}
+
 dt_status dt_z3_create(dt_z3 **out, const dt_z3_cfg *c) {
     *out = NULL;
     dt_z3 *z = dt_calloc(1, sizeof *z);
@@ -322,6 +369,10 @@ dt_status dt_z3_create(dt_z3 **out, const dt_z3_cfg *c) {
         goto fail;
     }
     find_needs(z->m, z->b, z->nb, z->block_bucket, z->first, z->last, z->needs, z->shared);
+    if (!collect_foreign(z)) {
+        st = dt_errorf(DT_ERR_NOMEM, "cannot allocate the ZeRO-3 parameter shard");
+        goto fail;
+    }
     if ((st = dt_arena_map_create(&z->w, c->m->n, c->m->n / (size_t)c->nb, "ZeRO-3 parameter arena"))) goto fail;
     if (dt_comm_size(c->comm) > 1 && c->overlap) {
         if (pthread_create(&z->thread, NULL, gather_thread, z) != 0) {
@@ -368,27 +419,8 @@ void dt_z3_destroy(dt_z3 *z) {
     dt_free(z->queue);
     dt_free(z->needs);
     dt_free(z->shared);
+    dt_free(z->foreign);
     dt_free(z);
-}
-
-/* Releases the whole arena but the foreign tensors (copied in from `from`
- * when it is not the arena), which stay resident: no gather brings them. */
-static void release_all_but_foreign(dt_z3 *z, const float *from) {
-    const dt_model *m = z->m;
-    size_t done = 0; /* released below this offset: the foreign ranges come in offset order */
-    for (;;) {
-        size_t lo = m->n, n = 0;
-        for (int i = z->first; i <= z->last; i++)
-            for (int t = 0; t < m->blocks[i].n_tensors; t++) {
-                size_t off = m->blocks[i].off[t], k = off >= done && off < lo ? foreign_numel(m, z->b, z->nb, off) : 0;
-                if (k) lo = off, n = k;
-            }
-        if (lo == m->n) break;
-        if (from != z->w.base) memcpy(z->w.base + lo, from + lo, n * sizeof(float));
-        if (lo > done) dt_arena_release(&z->w, done, lo);
-        done = lo + n;
-    }
-    if (done < m->n) dt_arena_release(&z->w, done, m->n);
 }
 
 void dt_z3_adopt(dt_z3 *z) {
