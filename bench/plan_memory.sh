@@ -84,7 +84,7 @@ def row(results, layout, pred, base_b, metrics):
     e_own, e_rss = 100 * (p_own - m_own) / m_own, 100 * (p_rss - m_rss) / m_rss
     note = ""
     st = mem.get("by_rank", {}).get("staging", [0])
-    if max(st) > 0: note = f"ZeRO-2 staging measured {min(st) / 1e6:.0f}-{max(st) / 1e6:.0f} MB"
+    if max(st) > 0: note = f"gradient staging measured {min(st) / 1e6:.0f}-{max(st) / 1e6:.0f} MB"
     if mem.get("param_gathered_peak_bytes"): note += f"; ZeRO-3 gathered peak {mem['param_gathered_peak_bytes'] / 1e6:.0f} MB"
     with open(results, "a") as f: f.write(f"{label(layout)}\t{e_own}\t{e_rss}\n")
     print(f"{lab} {p_own / 1e6:.1f} | {m_own / 1e6:.1f} | {e_own:+.1f}% | {p_rss / 1e6:.1f} | {m_rss / 1e6:.1f} "
