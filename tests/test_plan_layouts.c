@@ -112,6 +112,28 @@ static void spare_core(void) {
            last / 2 * 1e3);
     test_cond("ZeRO-3: two passes of half all-reduces, less the bucket kept", near(z3.zero_s, all - last / 2));
     test_cond("ZeRO-3: the gradients reduce-scattered as under ZeRO-2", near(z3.dp_s, z2.dp_s));
+    dt_plan_pred z3g;
+    dt_plan_cluster *cg = cluster(1, 2, 2);
+    cg->links.gamma = 1e-10; /* three passes over each gathered byte */
+    in.cluster = cg;
+    test_cond("ZeRO-3 with gamma: predicted", dt_plan_predict(&in, &l, &z3g) == DT_OK);
+    double sum = 0, last_g = -1; /* each bucket: half an all-reduce and 3 x 4 bytes x gamma a float */
+    {
+        dt_model *m = NULL;
+        test_cond("ZeRO-3: probe", dt_model_probe(&mc, &m) == DT_OK);
+        for (int top = m->n_blocks - 1, low; top >= 0; top = low - 1) {
+            low = dt_dp_bucket_low(m, 0, top, (4 << 20) / sizeof(float));
+            double f = (double)(m->blocks[top].param_hi - m->blocks[low].param_lo);
+            double g = 0.5 * plan_ar(cg, 1, 2, 1, 4 * f) + 12e-10 * f;
+            sum += g;
+            if (last_g < 0) last_g = g;
+        }
+        dt_model_destroy(m);
+    }
+    printf("ZeRO-3 with gamma 0.1 ns/B: gathers exposed %.4f ms (closed form %.4f)\n", z3g.zero_s * 1e3,
+           (2 * sum - last_g) * 1e3);
+    test_cond("ZeRO-3: each gather's memory passes at gamma", near(z3g.zero_s, 2 * sum - last_g));
+    cg->links.gamma = 0;
     in.cluster = cluster(1, 2, 4);
     test_cond("ZeRO-3, a spare core: predicted", dt_plan_predict(&in, &l, &z3s) == DT_OK);
     printf("ZeRO-3, a spare core: gathers exposed %.4f ms\n", z3s.zero_s * 1e3);

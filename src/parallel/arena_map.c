@@ -35,7 +35,7 @@ dt_status dt_arena_map_create(dt_arena_map *a, size_t floats, size_t unit, const
     a->base = (float *)(((uintptr_t)map + huge - 1) / huge * huge);
     a->bytes = bytes ? bytes : 1;
     a->page_floats = (size_t)getpagesize() / sizeof(float);
-    bool want = bytes >= huge && unit * sizeof(float) >= 2 * huge;
+    bool want = bytes >= huge && unit * sizeof(float) >= huge;
     if (want && thp_available() && madvise(a->base, bytes, MADV_HUGEPAGE) == 0)
         a->page_floats = huge / sizeof(float);
     else if (!want)

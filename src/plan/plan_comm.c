@@ -17,7 +17,11 @@
  *            the gather thread while the bucket before it computes: what a
  *            pass waits for is the first bucket's gather and any gather
  *            longer than the compute it hides behind (all of it with no core
- *            to spare);
+ *            to spare); a gather is half an all-reduce on the wire and three
+ *            passes over its bytes at the reduction's memory rate gamma (the
+ *            released pages zeroed as they fault in, the rank's chunk copied
+ *            in, the result copied out of shared memory: W1's gathers took
+ *            7-8 ms a step on their thread against 0.7 ms of wire);
  *   ps       the parameter server under BSP: each of S servers takes W pushes
  *            of P/S floats, sums them, applies the optimizer and answers W
  *            pulls, through its one link.
@@ -158,7 +162,7 @@ double plan_zero_gather(const dt_plan_cluster *c, const dt_plan_layout *l, const
     double floats[4096], flops[4096], gather[4096], total = 0, all = 0;
     int n = z3_buckets(w, floats, flops, 4096);
     for (int k = 0; k < n; k++) {
-        gather[k] = 0.5 * plan_ar(c, hosts, per, share, floats[k] * 4);
+        gather[k] = 0.5 * plan_ar(c, hosts, per, share, floats[k] * 4) + 3 * floats[k] * 4 * c->links.gamma;
         total += flops[k];
         all += gather[k];
     }
