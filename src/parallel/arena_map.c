@@ -5,8 +5,9 @@
  * microsecond in a VM, so re-faulting W1's 7.4 MB took 6.5 ms a step against
  * 0.4 ms in huge pages, and ZeRO-3's gathers of W2 (13 MB twice a step, on a
  * thread beside the compute) 110 ms a step against 40 ms (measured here).
- * Huge pages hand back only the 2 MiB pages wholly inside a released range,
- * so an arena released in ranges under 4 MiB takes 4 KiB pages. */
+ * Huge pages hand back only the 2 MiB pages inside a released range (its
+ * owner may add the edge pages nothing else holds), so an arena released
+ * in ranges under 2 MiB takes 4 KiB pages. */
 #include "par_internal.h"
 
 #include <stdint.h>

@@ -28,9 +28,9 @@ typedef struct dt_arena_map {
 
 /* Maps the arena (zeroed); what names it in the error. `unit` is the
  * typical range released (floats): 2 MiB pages are asked for when it spans
- * at least two of them (far fewer faults; a release hands back the huge
- * pages wholly inside the range), 4 KiB pages otherwise (a release smaller
- * than a huge page would hand nothing back). */
+ * at least one (far fewer faults; a release hands back the huge pages
+ * wholly inside the range), 4 KiB pages otherwise (a release smaller than a
+ * huge page would hand nothing back). */
 dt_status dt_arena_map_create(dt_arena_map *a, size_t floats, size_t unit, const char *what);
 void dt_arena_map_destroy(dt_arena_map *a); /* zeroed struct ok */
 /* Zeroes [lo, hi): the pages wholly inside it are released, the partial
