@@ -147,7 +147,8 @@ void dt_dp_set_step(dt_dp *dp, int64_t step);
 /* ZeRO-3 with these buckets (whatever the stage now): the most bytes of
  * gathered parameters a rank holds at once: the bucket in use and the next
  * one's prefetch, and the buckets that tied tensors make others read (held
- * through a pass); with keep, every bucket. */
+ * through a pass); with keep, every bucket; and a tensor tied across
+ * pipeline stages that the stage reads (kept whole). */
 size_t dt_dp_gather_bound(const dt_dp *dp, bool keep);
 /* The bucket whose highest block is top, among blocks [first, top]: returns its
  * lowest block, the first one walking down from top at which the bucket holds
