@@ -45,6 +45,9 @@ typedef struct dt_dp_cfg {
                               * micro-batch instead of two; FSDP's reshard_after_forward=False) */
     bool overlap;            /* communication thread overlapping backward (default on) */
     int first_block, last_block; /* the block range this rank trains (a pipeline stage); -1: all */
+    int n_ranges;            /* > 0: it trains these ascending, disjoint block ranges instead (the
+                              * chunks of an interleaved pipeline stage); buckets never span two */
+    int range_first[16], range_last[16];
     dt_comm *norm_comm;      /* also sum the gradient norm over this comm (pipeline stages); NULL: none */
     dt_comm *tp_comm;        /* tensor parallelism: sum the norm of sharded tensors over it, count
                               * replicated ones once (tp rank 0); NULL: none */

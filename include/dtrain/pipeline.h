@@ -5,7 +5,11 @@
  * Schedules: GPipe (all forwards, then all backwards; activations of all M
  * micro-batches alive) and 1F1B (PipeDream-Flush: stage s runs P-s-1 warm-up
  * forwards, then alternates one forward and one backward, then drains; at most
- * P-s micro-batches alive). Both have the bubble (P-1)/(M+P-1).
+ * P-s micro-batches alive). Both have the bubble (P-1)/(M+P-1). Interleaved 1F1B (Narayanan et al. 2021):
+ * the blocks are cut into P*V chunks, stage s holds chunks s, s+P, ...; micro-
+ * batches pass every stage V times, and the bubble shrinks to (P-1)/(VM+P-1)
+ * of the step ((P-1)/(VM) of the work) for P*V times the point-to-point
+ * messages. The operation orders are in pipe_schedule.c.
  *
  * Tied tensors (the GPT's LM head uses transformer.wte.weight, owned by the
  * embedding block on stage 0): the user stage sends its gradient to the owner
@@ -26,20 +30,51 @@
 extern "C" {
 #endif
 
-typedef enum { DT_SCHED_GPIPE, DT_SCHED_1F1B } dt_pipe_schedule;
+typedef enum { DT_SCHED_GPIPE, DT_SCHED_1F1B, DT_SCHED_INTERLEAVED } dt_pipe_schedule;
+#define DT_PIPE_MAX_VIRTUAL 16  /* chunks per stage */
 
 typedef struct dt_pipe_cfg {
     int micro_batches;          /* M */
     dt_pipe_schedule schedule;
+    int virtual_stages;         /* V: chunks per stage (interleaved; 0 or 1: one) */
     bool recompute;             /* keep only block inputs; recompute forward in backward */
     double stage_cost_us;       /* testing: each stage also sleeps this long per micro-batch forward, 2x backward */
 } dt_pipe_cfg;
 
-/* Stage boundaries: stage s runs blocks [first[s], first[s+1]). */
+/* Stage boundaries: stage s runs blocks [first[s], first[s+1]). With virt = V
+ * > 1 the blocks are cut into stages*V chunks: chunk c is [first[c],
+ * first[c+1]) and belongs to stage c % stages. */
 typedef struct dt_partition {
     int stages;
+    int virt;                   /* chunks per stage; 0 or 1: one */
     int first[257];
 } dt_partition;
+
+static inline int dt_partition_virt(const dt_partition *p) { return p->virt > 1 ? p->virt : 1; }
+static inline int dt_partition_chunks(const dt_partition *p) { return p->stages * dt_partition_virt(p); }
+/* The stage that runs block b (-1: none). */
+int dt_partition_stage(const dt_partition *p, int b);
+/* Blocks of stage s (the sum over its chunks). */
+int dt_partition_blocks(const dt_partition *p, int s);
+/* Makes a partition of stages*V parts (uniform, best or parsed over P*V) the
+ * interleaved partition of `stages` stages. */
+void dt_partition_interleave(dt_partition *p, int stages);
+
+/* One operation of a schedule: a forward or backward of micro-batch mb
+ * through the stage's local chunk (global chunk stage + chunk*P). */
+typedef struct dt_pipe_op {
+    bool bwd;
+    int chunk, mb;
+} dt_pipe_op;
+/* Operation k (0 <= k < 2*M*V) of stage s of P, V chunks each, M micro-batches
+ * (pipe_schedule.c has the orders). Pure. */
+void dt_pipe_sched_op(dt_pipe_schedule kind, int P, int V, int s, int M, int k, dt_pipe_op *op);
+/* "gpipe", "1f1b" or "interleaved". */
+const char *dt_pipe_schedule_name(dt_pipe_schedule kind);
+/* The bubble's share of a step for equal stages: (P-1)/(VM+P-1). */
+double dt_pipe_bubble(int P, int V, int M);
+/* Forwards stage s runs before its first backward. */
+int dt_pipe_sched_warmup(dt_pipe_schedule kind, int P, int V, int s, int M);
 
 /* Minimum-bottleneck contiguous split of n costs into `stages` parts (a small
  * dynamic program); returns the bottleneck (largest stage sum). */
@@ -61,12 +96,11 @@ typedef struct dt_pipe_stats {
 } dt_pipe_stats;
 
 /* The stage of this rank is dt_comm_rank(pp). Borrowed: m, pp, dp. maxB: the
- * largest micro-batch. */
+ * largest micro-batch. The partition's virt must equal cfg->virtual_stages
+ * (interleaved) or be 1. */
 dt_status dt_pipe_create(dt_pipe **out, dt_model *m, dt_comm *pp, const dt_partition *part,
                          const dt_pipe_cfg *cfg, int maxB);
 void dt_pipe_destroy(dt_pipe *p); /* NULL ok */
-int dt_pipe_stage_first(const dt_pipe *p);
-int dt_pipe_stage_last(const dt_pipe *p);
 
 /* One training step's forward and backward over the micro-batches of `batch`
  * (this dp rank's shard; rows split evenly into M micro-batches). Gradients are
@@ -83,9 +117,6 @@ dt_status dt_pipe_sync_tied(dt_pipe *p, dt_dp *dp);
  * number of correct predictions (both 0 off the last stage). */
 dt_status dt_pipe_eval(dt_pipe *p, const dt_batch *batch, double *loss_sum, double *correct);
 void dt_pipe_take_stats(dt_pipe *p, dt_pipe_stats *s);
-/* Every stage sends the parameters of its blocks to stage 0, whose arena then
- * holds the whole current model (before writing weights). Collective on pp. */
-dt_status dt_pipe_gather_params(dt_pipe *p);
 
 #ifdef __cplusplus
 }

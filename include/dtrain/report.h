@@ -76,10 +76,10 @@ typedef struct dt_eval_info {
 
 /* Pipeline schedule figures of the whole run, one entry per stage. */
 typedef struct dt_pipe_summary {
-    int stages, micro_batches;
-    const char *schedule;    /* "gpipe" or "1f1b" */
+    int stages, micro_batches, virtual_stages;
+    const char *schedule;    /* "gpipe", "1f1b" or "interleaved" */
     bool recompute;
-    double bubble_formula;   /* (P-1)/(M+P-1) */
+    double bubble_formula;   /* (P-1)/(VM+P-1), V = virtual_stages (1 but interleaved) */
     const double *idle_frac, *act_bytes, *busy_s, *acts_alive_peak;
     const int *blocks_per_stage;
 } dt_pipe_summary;

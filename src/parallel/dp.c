@@ -164,22 +164,27 @@ static dt_status build_buckets(dt_dp *dp) {
     dp->b = dt_calloc((size_t)m->n_blocks, sizeof(bucket));
     dp->block_bucket = dt_calloc((size_t)m->n_blocks, sizeof(int));
     if (!dp->b || !dp->block_bucket) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    int first = dp->cfg.first_block < 0 ? 0 : dp->cfg.first_block;
-    int last = dp->cfg.last_block < 0 ? m->n_blocks - 1 : dp->cfg.last_block;
+    int nr = dp->cfg.n_ranges > 0 ? dp->cfg.n_ranges : 1;
     for (int i = 0; i < m->n_blocks; i++) dp->block_bucket[i] = -1;
     /* Blocks own adjacent arena ranges in forward order: a bucket of blocks
      * [low, top] is the range [low's lo, top's hi). The lowest may hold no
-     * parameters (parameter-free blocks below the last full bucket). */
+     * parameters (parameter-free blocks below the last full bucket). Ranges
+     * from the highest down, as backward finishes them. */
     dp->nb = 0;
-    for (int top = last, low; top >= first; top = low - 1) {
-        low = dt_dp_bucket_low(m, first, top, min_floats);
-        bucket *b = &dp->b[dp->nb];
-        b->hi = m->blocks[top].param_hi;
-        b->lo = m->blocks[low].param_lo;
-        b->first_block = low;
-        b->top_block = top;
-        for (int i = low; i <= top; i++) dp->block_bucket[i] = dp->nb;
-        dp->nb++;
+    for (int r = nr - 1; r >= 0; r--) {
+        int first = dp->cfg.n_ranges > 0 ? dp->cfg.range_first[r] : dp->cfg.first_block < 0 ? 0 : dp->cfg.first_block;
+        int last = dp->cfg.n_ranges > 0 ? dp->cfg.range_last[r]
+                                        : dp->cfg.last_block < 0 ? m->n_blocks - 1 : dp->cfg.last_block;
+        for (int top = last, low; top >= first; top = low - 1) {
+            low = dt_dp_bucket_low(m, first, top, min_floats);
+            bucket *b = &dp->b[dp->nb];
+            b->hi = m->blocks[top].param_hi;
+            b->lo = m->blocks[low].param_lo;
+            b->first_block = low;
+            b->top_block = top;
+            for (int i = low; i <= top; i++) dp->block_bucket[i] = dp->nb;
+            dp->nb++;
+        }
     }
     size_t soff = 0;
     for (int i = 0; i < dp->nb; i++) {
@@ -212,6 +217,10 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
                        const dt_optim_cfg *ocfg) {
     *out = NULL;
     if (cfg->zero < 0 || cfg->zero > 3) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1, 2 or 3, got %d", cfg->zero);
+    if (cfg->n_ranges < 0 || cfg->n_ranges > 16) return dt_errorf(DT_ERR_INVALID, "%d block ranges: at most 16", cfg->n_ranges);
+    if (cfg->zero == 3 && cfg->n_ranges > 1)
+        return dt_errorf(DT_ERR_INVALID, "--zero 3 with the interleaved schedule is not built: use --zero 2, "
+                         "or --schedule 1f1b");
     dt_dp *dp = dt_calloc(1, sizeof *dp);
     if (!dp) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     dp->m = m;

@@ -31,6 +31,7 @@ double dt_partition_best(const double *cost, int n, int stages, dt_partition *ou
         }
     double result = B(stages, n);
     out->stages = stages;
+    out->virt = 1;
     out->first[stages] = n;
     int i = n;
     for (int k = stages; k >= 2; k--) {
@@ -49,11 +50,13 @@ double dt_partition_best(const double *cost, int n, int stages, dt_partition *ou
 void dt_partition_uniform(int n, int stages, dt_partition *out) {
     DT_ASSERT(stages >= 1 && stages <= n && stages <= 256);
     out->stages = stages;
+    out->virt = 1;
     for (int s = 0; s <= stages; s++) out->first[s] = (int)((int64_t)n * s / stages);
 }
 
 dt_status dt_partition_parse(const char *s, int n, int stages, dt_partition *out) {
     out->stages = stages;
+    out->virt = 1;
     out->first[0] = 0;
     int k = 0;
     const char *p = s;
@@ -72,4 +75,23 @@ dt_status dt_partition_parse(const char *s, int n, int stages, dt_partition *out
         return dt_errorf(DT_ERR_INVALID, "--pp-partition '%s': %d counts summing to %d, but the model has %d blocks for %d stages",
                          s, k, k ? out->first[k] : 0, n, stages);
     return DT_OK;
+}
+
+int dt_partition_stage(const dt_partition *p, int b) {
+    int n = dt_partition_chunks(p);
+    for (int c = 0; c < n; c++)
+        if (b >= p->first[c] && b < p->first[c + 1]) return c % p->stages;
+    return -1;
+}
+
+int dt_partition_blocks(const dt_partition *p, int s) {
+    int n = 0;
+    for (int c = s; c < dt_partition_chunks(p); c += p->stages) n += p->first[c + 1] - p->first[c];
+    return n;
+}
+
+void dt_partition_interleave(dt_partition *p, int stages) {
+    DT_ASSERT(stages >= 1 && p->stages % stages == 0);
+    p->virt = p->stages / stages;
+    p->stages = stages;
 }

@@ -1,11 +1,19 @@
-/* Pipeline parallelism: GPipe and 1F1B schedules over point-to-point sends of
- * activations and gradients. See include/dtrain/pipeline.h. */
+/* Pipeline parallelism: the GPipe, 1F1B and interleaved 1F1B schedules
+ * (their operation orders in pipe_schedule.c) run over point-to-point sends of
+ * activations and gradients. See include/dtrain/pipeline.h.
+ *
+ * Each local chunk keeps a ring of activation slots, micro-batch i in slot
+ * i % pool: forwards and backwards of a chunk go in micro-batch order, so a
+ * ring as deep as the most micro-batches the schedule keeps alive in that
+ * chunk (found by running the order, for every micro-batch count up to M)
+ * never overwrites a live one. */
 #include "dtrain/pipeline.h"
 
 #include <string.h>
 #include <time.h>
 
-#define TAG_ACT 0x4000  /* + 2*micro-batch */
+#define TAG_ACT 0x4000  /* + 2*(chunk edge*M + micro-batch) [+1: gradient] */
+#define TAG_SPAN 0x1f00 /* act tags stay below the diagnosis tags (0x7e00) */
 #define TAG_TIED 0x3f00 /* + tied index */
 
 typedef struct tied {
@@ -13,43 +21,42 @@ typedef struct tied {
     int owner, user;     /* stages */
 } tied;
 
+typedef struct chunk {
+    int c;                   /* global chunk index */
+    int first, last;         /* its blocks */
+    int pool;                /* activation slots */
+    dt_acts **acts;
+    dt_acts *shared;         /* recompute: the one set of saved activations */
+    float **din;             /* per slot: gradient of the chunk input (c > 0) */
+    dt_req *act_req, *din_req;
+    bool *act_busy, *din_busy;
+} chunk;
+
 struct dt_pipe {
     dt_model *m;
     dt_comm *pp;
     dt_pipe_cfg cfg;
-    int stage, P;
+    int stage, P, V, C;      /* C = P*V chunks */
     dt_partition part;
-    int first, last;         /* this stage's blocks */
+    chunk ch[DT_PIPE_MAX_VIRTUAL];
     int maxB;
-    int pool;                /* activation slots */
-    dt_acts **acts;
-    dt_acts *shared;         /* recompute: the one set of saved activations */
-    float **din;             /* per slot: gradient of the stage input (stage > 0) */
-    float *dout;             /* gradient of the stage output (stage < P-1) */
-    dt_req *act_req, *din_req;
-    bool *act_busy, *din_busy;
+    float *dout;             /* gradient of a chunk output (received) */
     int n_tied;
     tied ties[16];
     dt_pipe_stats st;
     int alive;
 };
 
-static int stage_of_block(const dt_partition *p, int b) {
-    for (int s = 0; s < p->stages; s++)
-        if (b >= p->first[s] && b < p->first[s + 1]) return s;
-    return -1;
-}
-
 static void find_tied(dt_pipe *p) {
     const dt_model *m = p->m;
     p->n_tied = 0;
     for (int b = 0; b < m->n_blocks; b++) {
         const dt_block *blk = &m->blocks[b];
-        int user = stage_of_block(&p->part, b);
+        int user = dt_partition_stage(&p->part, b);
         for (int t = 0; t < blk->n_tensors; t++) {
             for (int i = 0; i < m->n_params; i++) {
                 if (m->params[i].offset != blk->off[t]) continue;
-                int owner = stage_of_block(&p->part, m->params[i].block);
+                int owner = dt_partition_stage(&p->part, m->params[i].block);
                 if (owner == user) continue;
                 bool seen = false;
                 for (int k = 0; k < p->n_tied; k++)
@@ -60,11 +67,69 @@ static void find_tied(dt_pipe *p) {
     }
 }
 
+/* The deepest each local chunk's ring must be: the schedule run for every
+ * micro-batch count up to M, counting live micro-batches per chunk. */
+static void ring_depths(dt_pipe *p) {
+    int alive[DT_PIPE_MAX_VIRTUAL];
+    for (int Mu = 1; Mu <= p->cfg.micro_batches; Mu++) {
+        memset(alive, 0, sizeof alive);
+        for (int k = 0; k < 2 * Mu * p->V; k++) {
+            dt_pipe_op op;
+            dt_pipe_sched_op(p->cfg.schedule, p->P, p->V, p->stage, Mu, k, &op);
+            alive[op.chunk] += op.bwd ? -1 : 1;
+            if (alive[op.chunk] > p->ch[op.chunk].pool) p->ch[op.chunk].pool = alive[op.chunk];
+        }
+    }
+}
+
+static dt_status chunk_create(dt_pipe *p, chunk *h) {
+    dt_model *m = p->m;
+    int n = h->pool;
+    h->acts = dt_calloc((size_t)n, sizeof *h->acts);
+    h->din = dt_calloc((size_t)n, sizeof *h->din);
+    h->act_req = dt_calloc((size_t)n, sizeof *h->act_req);
+    h->din_req = dt_calloc((size_t)n, sizeof *h->din_req);
+    h->act_busy = dt_calloc((size_t)n, sizeof *h->act_busy);
+    h->din_busy = dt_calloc((size_t)n, sizeof *h->din_busy);
+    if (!h->acts || !h->din || !h->act_req || !h->din_req || !h->act_busy || !h->din_busy)
+        return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    dt_status st;
+    if (p->cfg.recompute && (st = dt_acts_create(&h->shared, m, h->first, h->last, p->maxB))) return st;
+    size_t in = (size_t)p->maxB * m->blocks[h->first].in_dim;
+    for (int i = 0; i < n; i++) {
+        st = p->cfg.recompute ? dt_acts_create_shared(&h->acts[i], m, h->shared)
+                              : dt_acts_create(&h->acts[i], m, h->first, h->last, p->maxB);
+        if (st) return st;
+        p->st.act_floats += h->acts[i]->n_floats;
+        if (h->c > 0 && !(h->din[i] = dt_alloc_floats(in)))
+            return dt_errorf(DT_ERR_NOMEM, "cannot allocate pipeline buffers for micro-batch %d", p->maxB);
+        if (h->c > 0) p->st.buf_floats += dt_alloc_floats_held(in);
+    }
+    if (h->shared) p->st.act_floats += h->shared->n_floats;
+    return DT_OK;
+}
+
+static void chunk_destroy(chunk *h) {
+    for (int i = 0; h->acts && i < h->pool; i++) {
+        dt_acts_destroy(h->acts[i]);
+        if (h->din) dt_free(h->din[i]);
+    }
+    dt_acts_destroy(h->shared);
+    dt_free(h->acts);
+    dt_free(h->din);
+    dt_free(h->act_req);
+    dt_free(h->din_req);
+    dt_free(h->act_busy);
+    dt_free(h->din_busy);
+}
+
 dt_status dt_pipe_create(dt_pipe **out, dt_model *m, dt_comm *pp, const dt_partition *part,
                          const dt_pipe_cfg *cfg, int maxB) {
     *out = NULL;
-    int P = dt_comm_size(pp);
+    int P = dt_comm_size(pp), V = cfg->schedule == DT_SCHED_INTERLEAVED && cfg->virtual_stages > 1 ? cfg->virtual_stages : 1;
     if (part->stages != P) return dt_errorf(DT_ERR_INVALID, "partition has %d stages for %d pipeline ranks", part->stages, P);
+    if (dt_partition_virt(part) != V || V > DT_PIPE_MAX_VIRTUAL)
+        return dt_errorf(DT_ERR_INVALID, "partition has %d chunks per stage for %d virtual stages", dt_partition_virt(part), V);
     if (cfg->micro_batches < 1) return dt_errorf(DT_ERR_INVALID, "--micro-batches must be >= 1");
     dt_pipe *p = dt_calloc(1, sizeof *p);
     if (!p) return dt_errorf(DT_ERR_NOMEM, "out of memory");
@@ -72,66 +137,46 @@ dt_status dt_pipe_create(dt_pipe **out, dt_model *m, dt_comm *pp, const dt_parti
     p->pp = pp;
     p->cfg = *cfg;
     p->P = P;
+    p->V = V;
+    p->C = P * V;
     p->stage = dt_comm_rank(pp);
     p->part = *part;
-    p->first = part->first[p->stage];
-    p->last = part->first[p->stage + 1] - 1;
     p->maxB = maxB;
-    int M = cfg->micro_batches;
-    p->pool = cfg->schedule == DT_SCHED_GPIPE ? M : (P - p->stage < M ? P - p->stage : M);
+    size_t dout = 0;
+    for (int j = 0; j < V; j++) {
+        chunk *h = &p->ch[j];
+        h->c = p->stage + j * P;
+        h->first = part->first[h->c];
+        h->last = part->first[h->c + 1] - 1;
+        if (h->c < p->C - 1 && m->blocks[h->last].out_dim > dout) dout = m->blocks[h->last].out_dim;
+    }
+    ring_depths(p);
     find_tied(p);
     dt_status st = DT_OK;
-    p->acts = dt_calloc((size_t)p->pool, sizeof *p->acts);
-    p->din = dt_calloc((size_t)p->pool, sizeof *p->din);
-    p->act_req = dt_calloc((size_t)p->pool, sizeof *p->act_req);
-    p->din_req = dt_calloc((size_t)p->pool, sizeof *p->din_req);
-    p->act_busy = dt_calloc((size_t)p->pool, sizeof *p->act_busy);
-    p->din_busy = dt_calloc((size_t)p->pool, sizeof *p->din_busy);
-    if (!p->acts || !p->din || !p->act_req || !p->din_req || !p->act_busy || !p->din_busy) {
-        st = dt_errorf(DT_ERR_NOMEM, "out of memory");
-        goto fail;
+    for (int j = 0; j < V && !st; j++) st = chunk_create(p, &p->ch[j]);
+    if (!st && dout && !(p->dout = dt_alloc_floats((size_t)maxB * dout)))
+        st = dt_errorf(DT_ERR_NOMEM, "cannot allocate pipeline buffers for micro-batch %d", maxB);
+    if (!st && dout) p->st.buf_floats += dt_alloc_floats_held((size_t)maxB * dout);
+    if (st) {
+        dt_pipe_destroy(p);
+        return st;
     }
-    if (cfg->recompute && (st = dt_acts_create(&p->shared, m, p->first, p->last, maxB))) goto fail;
-    size_t in_dim = m->blocks[p->first].in_dim, out_dim = m->blocks[p->last].out_dim;
-    for (int i = 0; i < p->pool; i++) {
-        st = cfg->recompute ? dt_acts_create_shared(&p->acts[i], m, p->shared)
-                            : dt_acts_create(&p->acts[i], m, p->first, p->last, maxB);
-        if (st) goto fail;
-        p->st.act_floats += p->acts[i]->n_floats;
-        if (p->stage > 0 && !(p->din[i] = dt_alloc_floats((size_t)maxB * in_dim))) goto nomem;
-        if (p->stage > 0) p->st.buf_floats += dt_alloc_floats_held((size_t)maxB * in_dim);
-    }
-    if (p->shared) p->st.act_floats += p->shared->n_floats;
-    if (p->stage < P - 1 && !(p->dout = dt_alloc_floats((size_t)maxB * out_dim))) goto nomem;
-    if (p->stage < P - 1) p->st.buf_floats += dt_alloc_floats_held((size_t)maxB * out_dim);
     *out = p;
     return DT_OK;
-nomem:
-    st = dt_errorf(DT_ERR_NOMEM, "cannot allocate pipeline buffers for micro-batch %d", maxB);
-fail:
-    dt_pipe_destroy(p);
-    return st;
 }
 
 void dt_pipe_destroy(dt_pipe *p) {
     if (!p) return;
-    for (int i = 0; p->acts && i < p->pool; i++) {
-        dt_acts_destroy(p->acts[i]);
-        if (p->din) dt_free(p->din[i]);
-    }
-    dt_acts_destroy(p->shared);
-    dt_free(p->acts);
-    dt_free(p->din);
+    for (int j = 0; j < p->V; j++) chunk_destroy(&p->ch[j]);
     dt_free(p->dout);
-    dt_free(p->act_req);
-    dt_free(p->din_req);
-    dt_free(p->act_busy);
-    dt_free(p->din_busy);
     dt_free(p);
 }
 
-int dt_pipe_stage_first(const dt_pipe *p) { return p->first; }
-int dt_pipe_stage_last(const dt_pipe *p) { return p->last; }
+/* The tag of micro-batch i crossing the edge from chunk c to c+1. */
+static int tag_of(const dt_pipe *p, int c, int i, int grad) {
+    return TAG_ACT + 2 * (int)(((int64_t)c * p->cfg.micro_batches + i) % TAG_SPAN) + grad;
+}
+static int rank_of(const dt_pipe *p, int c) { return c % p->P; }
 
 static void sleep_us(double us) {
     if (us <= 0) return;
@@ -168,28 +213,27 @@ static dt_status recv_floats(dt_pipe *p, float *buf, size_t n, int from, int tag
     return st;
 }
 
-static dt_status fwd(dt_pipe *p, const dt_batch *mb, int i, double *loss) {
-    int slot = i % p->pool;
-    dt_acts *a = p->acts[slot];
-    dt_status st = wait1(p, &p->act_req[slot], &p->act_busy[slot], "pipeline send (activations)");
+static dt_status fwd(dt_pipe *p, int j, const dt_batch *mb, int i, double *loss) {
+    chunk *h = &p->ch[j];
+    int slot = i % h->pool;
+    dt_acts *a = h->acts[slot];
+    dt_status st = wait1(p, &h->act_req[slot], &h->act_busy[slot], "pipeline send (activations)");
     if (st) return st;
     const dt_model *m = p->m;
-    if (p->stage > 0 &&
-        (st = recv_floats(p, a->bound[0], (size_t)mb->B * m->blocks[p->first].in_dim, p->stage - 1,
-                          TAG_ACT + 2 * i, "pipeline receive (activations)")))
+    if (h->c > 0 && (st = recv_floats(p, a->bound[0], (size_t)mb->B * m->blocks[h->first].in_dim, rank_of(p, h->c - 1),
+                                      tag_of(p, h->c - 1, i, 0), "pipeline receive (activations)")))
         return st;
     double t0 = dt_now();
     float l = dt_model_forward(m, a, mb, NULL);
-    sleep_us(p->cfg.stage_cost_us);
+    sleep_us(p->cfg.stage_cost_us / p->V);
     p->st.busy_s += dt_now() - t0;
-    if (p->stage == p->P - 1) *loss += l;
+    if (h->c == p->C - 1) *loss += l;
     if (++p->alive > p->st.acts_alive_peak) p->st.acts_alive_peak = p->alive;
-    if (p->stage < p->P - 1) {
-        int nb = p->last - p->first + 1;
-        st = dt_isend(p->pp, a->bound[nb], (size_t)mb->B * m->blocks[p->last].out_dim * sizeof(float),
-                      p->stage + 1, TAG_ACT + 2 * i, &p->act_req[slot]);
+    if (h->c < p->C - 1) {
+        st = dt_isend(p->pp, a->bound[h->last - h->first + 1], (size_t)mb->B * m->blocks[h->last].out_dim * sizeof(float),
+                      rank_of(p, h->c + 1), tag_of(p, h->c, i, 0), &h->act_req[slot]);
         if (st) return st;
-        p->act_busy[slot] = true;
+        h->act_busy[slot] = true;
     }
     return DT_OK;
 }
@@ -208,24 +252,26 @@ static void done_cb(void *ctx, int block) {
     dt_dp_block_done(c->dp, block);
 }
 
-static dt_status bwd(dt_pipe *p, dt_dp *dp, const dt_batch *mb, int i, bool last_mb) {
-    int slot = i % p->pool;
-    dt_acts *a = p->acts[slot];
+static dt_status bwd(dt_pipe *p, dt_dp *dp, int j, const dt_batch *mb, int i, bool last_mb) {
+    chunk *h = &p->ch[j];
+    int slot = i % h->pool;
+    dt_acts *a = h->acts[slot];
     dt_model *m = p->m;
-    dt_status st = wait1(p, &p->act_req[slot], &p->act_busy[slot], "pipeline send (activations)");
-    if (!st) st = wait1(p, &p->din_req[slot], &p->din_busy[slot], "pipeline send (gradients)");
+    dt_status st = wait1(p, &h->act_req[slot], &h->act_busy[slot], "pipeline send (activations)");
+    if (!st) st = wait1(p, &h->din_req[slot], &h->din_busy[slot], "pipeline send (gradients)");
     if (st) return st;
     const float *dout = NULL;
-    if (p->stage < p->P - 1) {
-        st = recv_floats(p, p->dout, (size_t)mb->B * m->blocks[p->last].out_dim, p->stage + 1,
-                         TAG_ACT + 2 * i + 1, "pipeline receive (gradients)");
+    if (h->c < p->C - 1) {
+        st = recv_floats(p, p->dout, (size_t)mb->B * m->blocks[h->last].out_dim, rank_of(p, h->c + 1),
+                         tag_of(p, h->c, i, 1), "pipeline receive (gradients)");
         if (st) return st;
         dout = p->dout;
     }
     float *din = NULL;
-    if (p->stage > 0) {
-        din = p->din[slot];
-        memset(din, 0, (size_t)mb->B * m->blocks[p->first].in_dim * sizeof(float));
+    size_t nin = (size_t)mb->B * m->blocks[h->first].in_dim;
+    if (h->c > 0) {
+        din = h->din[slot];
+        memset(din, 0, nin * sizeof(float));
     }
     done_ctx dc = {p, dp};
     double t0 = dt_now();
@@ -233,14 +279,13 @@ static dt_status bwd(dt_pipe *p, dt_dp *dp, const dt_batch *mb, int i, bool last
         dt_model_backward_recompute(m, a, mb, dout, din, last_mb ? done_cb : NULL, &dc);
     else
         dt_model_backward(m, a, mb, dout, din, last_mb ? done_cb : NULL, &dc);
-    sleep_us(2 * p->cfg.stage_cost_us);
+    sleep_us(2 * p->cfg.stage_cost_us / p->V);
     p->st.busy_s += dt_now() - t0;
     p->alive--;
-    if (p->stage > 0) {
-        st = dt_isend(p->pp, din, (size_t)mb->B * m->blocks[p->first].in_dim * sizeof(float), p->stage - 1,
-                      TAG_ACT + 2 * i + 1, &p->din_req[slot]);
+    if (h->c > 0) {
+        st = dt_isend(p->pp, din, nin * sizeof(float), rank_of(p, h->c - 1), tag_of(p, h->c - 1, i, 1), &h->din_req[slot]);
         if (st) return st;
-        p->din_busy[slot] = true;
+        h->din_busy[slot] = true;
     }
     return DT_OK;
 }
@@ -295,7 +340,7 @@ dt_status dt_pipe_sync_tied(dt_pipe *p, dt_dp *dp) {
 }
 
 dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_x, double *loss) {
-    int M = p->cfg.micro_batches, P = p->P, s = p->stage;
+    int M = p->cfg.micro_batches;
     int T = p->m->seq_len;
     double t0 = dt_now();
     dt_status st = DT_OK;
@@ -303,74 +348,56 @@ dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_
     /* Micro-batches with no rows (shard smaller than M) are skipped on every stage alike. */
     int Mu = M < batch->B ? M : batch->B;
     dt_dp_begin_backward(dp, true);
-    if (Mu > 0) {
-        if (p->cfg.schedule == DT_SCHED_GPIPE) {
-            for (int i = 0; i < Mu && !st; i++) {
-                dt_batch mb = micro(batch, Mu, i, in_dim_x, T, p->m->y_dim);
-                st = fwd(p, &mb, i, loss);
-            }
-            for (int i = 0; i < Mu && !st; i++) {
-                dt_batch mb = micro(batch, Mu, i, in_dim_x, T, p->m->y_dim);
-                st = bwd(p, dp, &mb, i, i == Mu - 1);
-            }
-        } else {
-            int warm = P - s - 1 < Mu ? P - s - 1 : Mu;
-            int f = 0, b = 0;
-            for (; f < warm && !st; f++) {
-                dt_batch mb = micro(batch, Mu, f, in_dim_x, T, p->m->y_dim);
-                st = fwd(p, &mb, f, loss);
-            }
-            while (f < Mu && !st) {
-                dt_batch mb = micro(batch, Mu, f, in_dim_x, T, p->m->y_dim);
-                st = fwd(p, &mb, f, loss);
-                f++;
-                if (st) break;
-                dt_batch mb2 = micro(batch, Mu, b, in_dim_x, T, p->m->y_dim);
-                st = bwd(p, dp, &mb2, b, b == Mu - 1);
-                b++;
-            }
-            for (; b < Mu && !st; b++) {
-                dt_batch mb = micro(batch, Mu, b, in_dim_x, T, p->m->y_dim);
-                st = bwd(p, dp, &mb, b, b == Mu - 1);
-            }
+    for (int k = 0; k < 2 * Mu * p->V && !st; k++) {
+        dt_pipe_op op;
+        dt_pipe_sched_op(p->cfg.schedule, p->P, p->V, p->stage, Mu, k, &op);
+        dt_batch mb = micro(batch, Mu, op.mb, in_dim_x, T, p->m->y_dim);
+        st = op.bwd ? bwd(p, dp, op.chunk, &mb, op.mb, op.mb == Mu - 1) : fwd(p, op.chunk, &mb, op.mb, loss);
+    }
+    for (int j = 0; j < p->V; j++)
+        for (int i = 0; i < p->ch[j].pool && !st; i++) {
+            chunk *h = &p->ch[j];
+            st = wait1(p, &h->act_req[i], &h->act_busy[i], "pipeline send (activations)");
+            if (!st) st = wait1(p, &h->din_req[i], &h->din_busy[i], "pipeline send (gradients)");
         }
-    }
-    for (int i = 0; i < p->pool && !st; i++) {
-        st = wait1(p, &p->act_req[i], &p->act_busy[i], "pipeline send (activations)");
-        if (!st) st = wait1(p, &p->din_req[i], &p->din_busy[i], "pipeline send (gradients)");
-    }
     p->st.step_s += dt_now() - t0;
     if (!st) st = reduce_tied(p);
     if (!st) st = dt_dp_end_backward(dp);
     return st;
 }
 
+/* Forward of one evaluation piece through local chunk j: its input from the
+ * chunk before, its output to the chunk after (or the loss, on the last). */
+static dt_status eval_chunk(dt_pipe *p, int j, const dt_batch *mb, double *loss_sum, double *correct) {
+    const chunk *h = &p->ch[j];
+    const dt_model *m = p->m;
+    dt_acts *a = h->acts[0];
+    dt_status st = DT_OK;
+    if (h->c > 0 && (st = recv_floats(p, a->bound[0], (size_t)mb->B * m->blocks[h->first].in_dim, rank_of(p, h->c - 1),
+                                      tag_of(p, h->c - 1, 0, 0), "pipeline receive (evaluation)")))
+        return st;
+    float l = dt_model_forward(m, a, mb, NULL);
+    if (h->c == p->C - 1) {
+        *loss_sum += l;
+        if (m->input != DT_INPUT_TOKENS && m->loss_kind == DT_LOSS_XENT) *correct += dt_model_count_correct(m, a, mb);
+        return DT_OK;
+    }
+    dt_req r;
+    st = dt_isend(p->pp, a->bound[h->last - h->first + 1], (size_t)mb->B * m->blocks[h->last].out_dim * sizeof(float),
+                  rank_of(p, h->c + 1), tag_of(p, h->c, 0, 0), &r);
+    return st ? st : dt_waitall(p->pp, &r, 1, "pipeline send (evaluation)");
+}
+
 dt_status dt_pipe_eval(dt_pipe *p, const dt_batch *batch, double *loss_sum, double *correct) {
     int T = p->m->seq_len;
-    int in_dim_x = p->m->in_floats;
     int chunks = (batch->B + p->maxB - 1) / p->maxB;
     *loss_sum = 0;
     *correct = 0;
-    dt_acts *a = p->acts[0];
-    const dt_model *m = p->m;
-    int nb = p->last - p->first + 1;
     for (int c = 0; c < chunks; c++) {
-        dt_batch mb = micro(batch, chunks, c, in_dim_x, T, p->m->y_dim);
+        dt_batch mb = micro(batch, chunks, c, p->m->in_floats, T, p->m->y_dim);
         if (mb.B == 0) continue;
-        dt_status st = DT_OK;
-        if (p->stage > 0 &&
-            (st = recv_floats(p, a->bound[0], (size_t)mb.B * m->blocks[p->first].in_dim, p->stage - 1,
-                              TAG_ACT, "pipeline receive (evaluation)")))
-            return st;
-        float l = dt_model_forward(m, a, &mb, NULL);
-        if (p->stage == p->P - 1) {
-            *loss_sum += l;
-            if (m->input != DT_INPUT_TOKENS && m->loss_kind == DT_LOSS_XENT) *correct += dt_model_count_correct(m, a, &mb);
-        } else {
-            dt_req r;
-            st = dt_isend(p->pp, a->bound[nb], (size_t)mb.B * m->blocks[p->last].out_dim * sizeof(float),
-                          p->stage + 1, TAG_ACT, &r);
-            if (!st) st = dt_waitall(p->pp, &r, 1, "pipeline send (evaluation)");
+        for (int j = 0; j < p->V; j++) {
+            dt_status st = eval_chunk(p, j, &mb, loss_sum, correct);
             if (st) return st;
         }
     }
@@ -380,22 +407,4 @@ dt_status dt_pipe_eval(dt_pipe *p, const dt_batch *batch, double *loss_sum, doub
 void dt_pipe_take_stats(dt_pipe *p, dt_pipe_stats *s) {
     *s = p->st;
     p->st.step_s = p->st.busy_s = p->st.idle_s = 0;
-}
-
-dt_status dt_pipe_gather_params(dt_pipe *p) {
-    dt_model *m = p->m;
-    for (int s = 1; s < p->P; s++) {
-        size_t lo = m->blocks[p->part.first[s]].param_lo, hi = m->blocks[p->part.first[s + 1] - 1].param_hi;
-        if (hi <= lo) continue;
-        dt_status st = DT_OK;
-        if (p->stage == s) {
-            dt_req r;
-            st = dt_isend(p->pp, m->w + lo, (hi - lo) * sizeof(float), 0, TAG_TIED + 32 + s, &r);
-            if (!st) st = dt_waitall(p->pp, &r, 1, "pipeline parameter gather");
-        } else if (p->stage == 0) {
-            st = recv_floats(p, m->w + lo, hi - lo, s, TAG_TIED + 32 + s, "pipeline parameter gather");
-        }
-        if (st) return st;
-    }
-    return DT_OK;
 }

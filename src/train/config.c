@@ -36,6 +36,7 @@ void dt_train_cfg_default(dt_train_cfg *c, dt_model_kind kind) {
     c->worker_momentum = -1;
     c->pipe.micro_batches = 1;
     c->pipe.schedule = DT_SCHED_1F1B;
+    c->pipe.virtual_stages = 1;
     dt_dp_cfg_default(&c->dp);
     dt_train_cfg_model_defaults(c, kind == DT_MODEL_GPT);
 }
@@ -125,6 +126,25 @@ static dt_status check_precision(const dt_train_cfg *c) {
     return DT_OK;
 }
 
+/* The pipeline schedule's flags against --pp and --micro-batches. */
+static dt_status pipe_check(const dt_train_cfg *c) {
+    int V = c->pipe.virtual_stages, P = c->pp, M = c->pipe.micro_batches;
+    if (c->pipe.schedule != DT_SCHED_INTERLEAVED) {
+        if (V > 1) return dt_errorf(DT_ERR_INVALID, "--virtual-stages %d is for --schedule interleaved", V);
+        return DT_OK;
+    }
+    if (P < 2) return dt_errorf(DT_ERR_INVALID, "--schedule interleaved is a pipeline schedule: give --pp P >= 2");
+    if (V < 2 || V > DT_PIPE_MAX_VIRTUAL)
+        return dt_errorf(DT_ERR_INVALID, "--schedule interleaved needs --virtual-stages V in [2, %d] (chunks per stage), got %d",
+                         DT_PIPE_MAX_VIRTUAL, V);
+    if (M % P)
+        return dt_errorf(DT_ERR_INVALID, "--schedule interleaved runs micro-batches in groups of --pp %d: --micro-batches %d "
+                         "is not a multiple of %d (try %d)", P, M, P, (M / P + 1) * P);
+    if (c->dp.zero == 3)
+        return dt_errorf(DT_ERR_INVALID, "--zero 3 with the interleaved schedule is not built: use --zero 2, or --schedule 1f1b");
+    return DT_OK;
+}
+
 dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     dt_status st = dt_model_cfg_check(&c->model);
     if (st) return st;
@@ -154,6 +174,7 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->ckpt_every < 0) return dt_errorf(DT_ERR_INVALID, "--ckpt-every must be >= 0");
     if (c->pp < 1 || c->pp > 256) return dt_errorf(DT_ERR_INVALID, "--pp %d is out of range [1, 256]", c->pp);
     if (c->pipe.micro_batches < 1) return dt_errorf(DT_ERR_INVALID, "--micro-batches must be >= 1");
+    if ((st = pipe_check(c))) return st;
     if (c->tp < 1 || c->tp > 256) return dt_errorf(DT_ERR_INVALID, "--tp %d is out of range [1, 256]", c->tp);
     bool byz = false;
     for (int i = 0; i < c->n_inject; i++) byz |= c->inject[i].kind == DT_INJECT_BYZANTINE;

@@ -211,12 +211,14 @@ static dt_status schedule_parse(void *base, const char *flag, const char *s) {
     dt_train_cfg *c = base;
     if (strcmp(s, "gpipe") == 0) c->pipe.schedule = DT_SCHED_GPIPE;
     else if (strcmp(s, "1f1b") == 0) c->pipe.schedule = DT_SCHED_1F1B;
+    else if (strcmp(s, "interleaved") == 0) c->pipe.schedule = DT_SCHED_INTERLEAVED;
     else if (lr_schedule_parse(base, flag, s))
-        return dt_errorf(DT_ERR_INVALID, "%s must be gpipe or 1f1b (pipeline), or cosine or constant (lr), got '%s'", flag, s);
+        return dt_errorf(DT_ERR_INVALID, "%s must be gpipe, 1f1b or interleaved (pipeline), or cosine or constant (lr), got '%s'",
+                         flag, s);
     return DT_OK;
 }
 static void schedule_format(const void *base, char *buf, size_t n) {
-    snprintf(buf, n, "%s", ((const dt_train_cfg *)base)->pipe.schedule == DT_SCHED_GPIPE ? "gpipe" : "1f1b");
+    snprintf(buf, n, "%s", dt_pipe_schedule_name(((const dt_train_cfg *)base)->pipe.schedule));
 }
 
 static dt_status strategy_parse(void *base, const char *flag, const char *s) {
@@ -552,7 +554,9 @@ static const dt_flag train_flags[] = {
     INT("tp", DT_FLAG_INT, tp, 1, 256, TR, S_PAR, "T", "tensor (Megatron) parallel group size: mlp and gpt"),
     INT("pp", DT_FLAG_INT, pp, 1, 256, TR, S_PAR, "P", "pipeline stages; the world is dp x pp x tp, dp = N/(P*T)"),
     INT("micro-batches", DT_FLAG_INT, pipe.micro_batches, 1, 1 << 16, TR, S_PAR, "M", "micro-batches per step through the pipeline"),
-    CH("schedule", schedule, pipe.schedule, TR, S_PAR, "gpipe|1f1b", "pipeline schedule"),
+    CH("schedule", schedule, pipe.schedule, TR, S_PAR, "gpipe|1f1b|interleaved", "pipeline schedule"),
+    INT("virtual-stages", DT_FLAG_INT, pipe.virtual_stages, 1, DT_PIPE_MAX_VIRTUAL, TR, S_PAR, "V",
+        "interleaved schedule: chunks of blocks per stage (stage s holds chunks s, s+P, ...)"),
     STR("pp-partition", pp_partition, TR, S_PAR, "auto|uniform|N1,N2,...",
         "blocks per stage; auto balances measured block times", "uniform"),
     SW("recompute", pipe.recompute, false, S_PAR, "keep only block inputs, recompute activations in backward"),

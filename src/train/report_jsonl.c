@@ -169,6 +169,7 @@ static dt_status put_pipeline(dt_report_jsonl *j, const dt_pipe_summary *p) {
     set_int(o, "stages", p->stages);
     set_int(o, "micro_batches", p->micro_batches);
     json_object_set_new(o, "schedule", json_string(p->schedule));
+    if (p->virtual_stages > 1) set_int(o, "virtual_stages", p->virtual_stages);
     json_object_set_new(o, "recompute", json_boolean(p->recompute));
     set_real(o, "bubble_formula", p->bubble_formula);
     json_object_set_new(o, "idle_frac", reals(p->idle_frac, p->stages));

@@ -189,6 +189,11 @@ static dt_status profile_blocks(dt_model *m, const dt_batch *b, double *cost) {
     return DT_OK;
 }
 
+/* Chunks per stage: V under the interleaved schedule, else 1. */
+static int V_of(const tr_run *r) {
+    return r->c->pipe.schedule == DT_SCHED_INTERLEAVED && r->P > 1 ? r->c->pipe.virtual_stages : 1;
+}
+
 /* --pp-partition auto: rank 0 times every block on a micro-batch of real
  * data; every rank splits alike. */
 static dt_status partition_auto(tr_run *r) {
@@ -204,28 +209,36 @@ static dt_status partition_auto(tr_run *r) {
     }
     if (!st) st = dt_bcast(r->world, cost, (size_t)m->n_blocks * sizeof(double), 0, DT_ALGO_AUTO);
     if (!st) {
-        double bottleneck = dt_partition_best(cost, m->n_blocks, r->P, &r->part);
+        int P = r->P, C = P * V_of(r);
+        double bottleneck = dt_partition_best(cost, m->n_blocks, C, &r->part);
+        dt_partition_interleave(&r->part, P);
         if (!r->quiet) {
             char desc[512];
             size_t u = 0;
-            for (int k = 0; k < r->P && u < sizeof desc; k++)
+            for (int k = 0; k < C && u < sizeof desc; k++)
                 u += (size_t)snprintf(desc + u, sizeof desc - u, "%s%d", k ? "," : "", r->part.first[k + 1] - r->part.first[k]);
-            dt_log(DT_LOG_INFO, "auto partition from measured block times: %s blocks per stage (bottleneck %.2f ms per micro-batch)",
-                   desc, 1e3 * bottleneck);
+            dt_log(DT_LOG_INFO, "auto partition from measured block times: %s blocks per %s (bottleneck %.2f ms per micro-batch)",
+                   desc, C > P ? "chunk" : "stage", 1e3 * bottleneck);
         }
     }
     dt_free(cost);
     return st;
 }
 
+/* --pp-partition over the P*V chunks (P stages, V chunks each). */
 static dt_status setup_partition(tr_run *r) {
     const char *spec = r->c->pp_partition ? r->c->pp_partition : "uniform";
-    if (r->P == 1 || strcmp(spec, "uniform") == 0) {
-        dt_partition_uniform(r->m->n_blocks, r->P, &r->part);
-        return DT_OK;
-    }
-    if (strcmp(spec, "auto") == 0) return partition_auto(r);
-    return dt_partition_parse(spec, r->m->n_blocks, r->P, &r->part);
+    int P = r->P, C = P * V_of(r), n = r->m->n_blocks;
+    if (C > n)
+        return dt_errorf(DT_ERR_INVALID, "--pp %d%s: %d %s, but the model has %d blocks: use fewer%s", P,
+                         C > P ? " with --virtual-stages" : "", C, C > P ? "chunks" : "stages", n,
+                         C > P ? " virtual stages or stages" : " stages");
+    dt_status st = DT_OK;
+    if (P == 1 || strcmp(spec, "uniform") == 0) dt_partition_uniform(n, C, &r->part);
+    else if (strcmp(spec, "auto") == 0) return partition_auto(r);
+    else st = dt_partition_parse(spec, n, C, &r->part);
+    if (!st) dt_partition_interleave(&r->part, P);
+    return st;
 }
 
 /* The sub-communicators of the mesh. */
@@ -303,8 +316,14 @@ dt_status tr_setup_strategy(tr_run *r) {
     }
     dt_dp_cfg dcfg = c->dp;
     if (r->P > 1) {
-        dcfg.first_block = r->part.first[r->stage];
-        dcfg.last_block = r->part.first[r->stage + 1] - 1;
+        int V = dt_partition_virt(&r->part);
+        dcfg.n_ranges = V;
+        for (int j = 0; j < V; j++) {
+            dcfg.range_first[j] = r->part.first[r->stage + j * r->P];
+            dcfg.range_last[j] = r->part.first[r->stage + j * r->P + 1] - 1;
+        }
+        dcfg.first_block = dcfg.range_first[0]; /* ZeRO-3's range (one chunk) */
+        dcfg.last_block = dcfg.range_last[V - 1];
     }
     /* The gradient norm sums over stages and, for sharded tensors, over the tp
      * group (replicated tensors hold the same gradient on every tp rank and
@@ -328,8 +347,7 @@ dt_status tr_setup_strategy(tr_run *r) {
     if (c->balance_dynamic && !(r->bal = dt_calloc((size_t)2 * D, sizeof(double))))
         return dt_errorf(DT_ERR_NOMEM, "out of memory");
     if (!(r->smask = dt_calloc((size_t)m->n_params + 1, sizeof(bool)))) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    int bf = r->part.first[r->stage], bl = r->part.first[r->stage + 1] - 1;
-    for (int i = 0; i < m->n_params; i++) r->smask[i] = m->params[i].block >= bf && m->params[i].block <= bl;
+    for (int i = 0; i < m->n_params; i++) r->smask[i] = dt_partition_stage(&r->part, m->params[i].block) == r->stage;
     return DT_OK;
 }
 

@@ -415,11 +415,13 @@ static dt_status pipe_summary(tr_run *r, double *arr, dt_pipe_summary *ps, int *
         act[k] = 4 * arr[5 * k + 3];
         busy[k] = arr[5 * k + 1];
         peak[k] = arr[5 * k + 4];
-        blocks[k] = r->part.first[k + 1] - r->part.first[k];
+        blocks[k] = dt_partition_blocks(&r->part, k);
         if (idle[k] > r->res->pp_idle_frac) r->res->pp_idle_frac = idle[k];
     }
-    *ps = (dt_pipe_summary){.stages = P, .micro_batches = M, .schedule = r->c->pipe.schedule == DT_SCHED_GPIPE ? "gpipe" : "1f1b",
-                            .recompute = r->c->pipe.recompute, .bubble_formula = (double)(P - 1) / (double)(M + P - 1),
+    int V = dt_partition_virt(&r->part);
+    *ps = (dt_pipe_summary){.stages = P, .micro_batches = M, .virtual_stages = V,
+                            .schedule = dt_pipe_schedule_name(r->c->pipe.schedule),
+                            .recompute = r->c->pipe.recompute, .bubble_formula = dt_pipe_bubble(P, V, M),
                             .idle_frac = idle, .act_bytes = act, .busy_s = busy, .acts_alive_peak = peak,
                             .blocks_per_stage = blocks};
     return DT_OK;
