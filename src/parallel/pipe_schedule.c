@@ -20,6 +20,8 @@
  * cycle with sends that do not block. */
 #include "dtrain/pipeline.h"
 
+#include <string.h>
+
 static bool grouped(dt_pipe_schedule kind, int P, int V, int M) {
     return kind == DT_SCHED_INTERLEAVED && V > 1 && M % P == 0;
 }
@@ -67,4 +69,20 @@ const char *dt_pipe_schedule_name(dt_pipe_schedule kind) {
 double dt_pipe_bubble(int P, int V, int M) {
     if (V < 1) V = 1;
     return (double)(P - 1) / ((double)V * M + P - 1);
+}
+
+void dt_pipe_sched_depths(dt_pipe_schedule kind, int P, int V, int s, int M, int *depth) {
+    int alive[DT_PIPE_MAX_VIRTUAL];
+    if (V < 1) V = 1;
+    DT_ASSERT(V <= DT_PIPE_MAX_VIRTUAL);
+    for (int j = 0; j < V; j++) depth[j] = 0;
+    for (int Mu = 1; Mu <= M; Mu++) {
+        memset(alive, 0, sizeof alive);
+        for (int k = 0; k < 2 * Mu * V; k++) {
+            dt_pipe_op op;
+            dt_pipe_sched_op(kind, P, V, s, Mu, k, &op);
+            alive[op.chunk] += op.bwd ? -1 : 1;
+            if (alive[op.chunk] > depth[op.chunk]) depth[op.chunk] = alive[op.chunk];
+        }
+    }
 }

@@ -67,19 +67,11 @@ static void find_tied(dt_pipe *p) {
     }
 }
 
-/* The deepest each local chunk's ring must be: the schedule run for every
- * micro-batch count up to M, counting live micro-batches per chunk. */
+/* The deepest each local chunk's ring must be (pipe_schedule.c). */
 static void ring_depths(dt_pipe *p) {
-    int alive[DT_PIPE_MAX_VIRTUAL];
-    for (int Mu = 1; Mu <= p->cfg.micro_batches; Mu++) {
-        memset(alive, 0, sizeof alive);
-        for (int k = 0; k < 2 * Mu * p->V; k++) {
-            dt_pipe_op op;
-            dt_pipe_sched_op(p->cfg.schedule, p->P, p->V, p->stage, Mu, k, &op);
-            alive[op.chunk] += op.bwd ? -1 : 1;
-            if (alive[op.chunk] > p->ch[op.chunk].pool) p->ch[op.chunk].pool = alive[op.chunk];
-        }
-    }
+    int depth[DT_PIPE_MAX_VIRTUAL];
+    dt_pipe_sched_depths(p->cfg.schedule, p->P, p->V, p->stage, p->cfg.micro_batches, depth);
+    for (int j = 0; j < p->V; j++) p->ch[j].pool = depth[j];
 }
 
 static dt_status chunk_create(dt_pipe *p, chunk *h) {
