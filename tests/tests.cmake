@@ -48,7 +48,7 @@ endforeach()
 # test_paths, every path once, instead: under ASan a run costs 3-4x, and the
 # numbers are the optimised build's to check.
 foreach(matrix test_dp test_pp test_tp test_ckpt test_ps test_async test_compress_train test_cluster test_models
-       test_layout_auto test_precision test_fp16 test_zero3)
+       test_layout_auto test_precision test_fp16 test_zero3 test_interleaved)
   if(TEST ${matrix})
     set_tests_properties(${matrix} PROPERTIES LABELS matrix)
   endif()

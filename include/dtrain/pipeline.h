@@ -73,9 +73,13 @@ void dt_pipe_sched_op(dt_pipe_schedule kind, int P, int V, int s, int M, int k, 
 const char *dt_pipe_schedule_name(dt_pipe_schedule kind);
 /* The bubble's share of a step for equal stages: (P-1)/(VM+P-1). */
 double dt_pipe_bubble(int P, int V, int M);
+/* The micro-batches a step of `rows` rows runs with M configured: min(M,
+ * rows) (a micro-batch has at least a row), for the interleaved schedule
+ * rounded down to a multiple of P when at least P. */
+int dt_pipe_sched_micro(dt_pipe_schedule kind, int P, int V, int M, int rows);
 /* The most micro-batches alive at once in each of stage s's V chunks
- * (depth[V]), over every micro-batch count from 1 to M: the activation sets
- * the stage keeps per chunk. O(M^2 V). */
+ * (depth[V]), over every micro-batch count a step may run (shards of 1 to M
+ * rows): the activation sets the stage keeps per chunk. O(M^2 V). */
 void dt_pipe_sched_depths(dt_pipe_schedule kind, int P, int V, int s, int M, int *depth);
 /* Forwards stage s runs before its first backward. */
 int dt_pipe_sched_warmup(dt_pipe_schedule kind, int P, int V, int s, int M);

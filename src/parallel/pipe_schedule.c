@@ -71,12 +71,19 @@ double dt_pipe_bubble(int P, int V, int M) {
     return (double)(P - 1) / ((double)V * M + P - 1);
 }
 
+int dt_pipe_sched_micro(dt_pipe_schedule kind, int P, int V, int M, int rows) {
+    int Mu = M < rows ? M : rows;
+    if (kind == DT_SCHED_INTERLEAVED && V > 1 && Mu > P) Mu -= Mu % P;
+    return Mu;
+}
+
 void dt_pipe_sched_depths(dt_pipe_schedule kind, int P, int V, int s, int M, int *depth) {
     int alive[DT_PIPE_MAX_VIRTUAL];
     if (V < 1) V = 1;
     DT_ASSERT(V <= DT_PIPE_MAX_VIRTUAL);
     for (int j = 0; j < V; j++) depth[j] = 0;
-    for (int Mu = 1; Mu <= M; Mu++) {
+    for (int rows = 1; rows <= M; rows++) {
+        int Mu = dt_pipe_sched_micro(kind, P, V, M, rows);
         memset(alive, 0, sizeof alive);
         for (int k = 0; k < 2 * Mu * V; k++) {
             dt_pipe_op op;

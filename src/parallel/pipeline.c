@@ -337,8 +337,8 @@ dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_
     double t0 = dt_now();
     dt_status st = DT_OK;
     *loss = 0;
-    /* Micro-batches with no rows (shard smaller than M) are skipped on every stage alike. */
-    int Mu = M < batch->B ? M : batch->B;
+    /* A shard smaller than M runs fewer micro-batches, alike on every stage. */
+    int Mu = dt_pipe_sched_micro(p->cfg.schedule, p->P, p->V, M, batch->B);
     dt_dp_begin_backward(dp, true);
     for (int k = 0; k < 2 * Mu * p->V && !st; k++) {
         dt_pipe_op op;

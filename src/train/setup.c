@@ -229,10 +229,15 @@ static dt_status partition_auto(tr_run *r) {
 static dt_status setup_partition(tr_run *r) {
     const char *spec = r->c->pp_partition ? r->c->pp_partition : "uniform";
     int P = r->P, C = P * V_of(r), n = r->m->n_blocks;
-    if (C > n)
-        return dt_errorf(DT_ERR_INVALID, "--pp %d%s: %d %s, but the model has %d blocks: use fewer%s", P,
-                         C > P ? " with --virtual-stages" : "", C, C > P ? "chunks" : "stages", n,
-                         C > P ? " virtual stages or stages" : " stages");
+    if (C > P && C > n)
+        return dt_errorf(DT_ERR_INVALID, "--pp %d x --virtual-stages %d = %d chunks, but the model has %d blocks: use fewer "
+                         "virtual stages or stages", P, C / P, C, n);
+    if (C > n) return dt_errorf(DT_ERR_INVALID, "--pp %d stages, but the model has %d blocks: use fewer stages", P, n);
+    int parts = 1;
+    for (const char *q = spec; *q; q++) parts += *q == ',';
+    if (C > P && strcmp(spec, "uniform") && strcmp(spec, "auto") && parts != C)
+        return dt_errorf(DT_ERR_INVALID, "--pp-partition '%s' with --virtual-stages %d: give %d block counts, one per chunk "
+                         "(chunk c runs on stage c mod %d)", spec, C / P, C, P);
     dt_status st = DT_OK;
     if (P == 1 || strcmp(spec, "uniform") == 0) dt_partition_uniform(n, C, &r->part);
     else if (strcmp(spec, "auto") == 0) return partition_auto(r);
