@@ -7,10 +7,11 @@
 # bubble over the ideal time, idle/(1-idle), against Megatron's (P-1)/(VM);
 # the step time of each schedule.
 # Step time: W2 (gpt defaults: 4 layers x 256, batch 16 x 128 tokens, AdamW)
-# at -n 2 --pp 2, M = 4 and 8, 1F1B against interleaved V = 2, for ROUNDS
-# interleaved rounds: tokens/s, the ratio, and each run's measured idle share.
+# at -n 2 --pp 2, M = 4 and 8, 1F1B against interleaved V = 2 (partitions
+# auto and uniform), for ROUNDS interleaved rounds: tokens/s, the ratio, and
+# each run's measured idle share.
 # (P = 4 on real compute would put 4 ranks on this machine's 2 cores.)
-# Usage: bench/interleaved.sh [BUILD_DIR] [ROUNDS]    (about 4 minutes on 2 cores at 5 rounds)
+# Usage: bench/interleaved.sh [BUILD_DIR] [ROUNDS]    (about 6 minutes on 2 cores at 5 rounds)
 set -u
 build=$(cd "${1:-build}" && pwd) || exit 2
 rounds=${2:-5}
@@ -50,26 +51,34 @@ for P in 2 4; do
 done
 echo
 W2="--model gpt --batch 16 --steps 12 --warmup 2 --eval-max 1 --log-every 1000 --quiet"
+IL="--schedule interleaved --virtual-stages 2"
 echo "## W2 at -n 2 --pp 2: interleaved (V = 2) against 1F1B ($rounds interleaved rounds)"
-echo "# dtrain train -n 2 --pp 2 --micro-batches M [--schedule interleaved --virtual-stages 2] $W2"
+echo "# dtrain train -n 2 --pp 2 --micro-batches M --pp-partition auto|uniform [$IL] $W2"
+echo "# (W2's 7 blocks: embedding, 4 layers, head, loss; uniform cuts them by count: with 4 chunks"
+echo "# the embedding is a chunk of its own; auto cuts by measured block times)"
 echo
-echo "| round | M | 1F1B tokens/s | idle | interleaved tokens/s | idle | ratio |"
-echo "|---|---|---|---|---|---|---|"
-r4="" r8=""
+echo "| round | M | 1F1B auto tokens/s | idle | interleaved uniform tokens/s | idle | ratio | interleaved auto tokens/s | idle | ratio |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+ru4="" ru8="" ra4="" ra8=""
 for r in $(seq "$rounds"); do
   for M in 4 8; do
     # shellcheck disable=SC2086
-    train w_1_$M -n 2 --pp 2 --micro-batches $M $W2
+    train w_1_$M -n 2 --pp 2 --micro-batches $M --pp-partition auto $W2
     # shellcheck disable=SC2086
-    train w_2_$M -n 2 --pp 2 --micro-batches $M --schedule interleaved --virtual-stages 2 $W2
-    a=$(ips "$tmp/w_1_$M"); b=$(ips "$tmp/w_2_$M")
-    x=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')
-    if [ $M = 4 ]; then r4="$r4 $x"; else r8="$r8 $x"; fi
-    echo "| $r | $M | $(printf %.0f "$a") | $(mean "$(pf "$tmp/w_1_$M" idle_frac)") | $(printf %.0f "$b") | $(mean "$(pf "$tmp/w_2_$M" idle_frac)") | ${x}x |"
+    train w_u_$M -n 2 --pp 2 --micro-batches $M $IL $W2
+    # shellcheck disable=SC2086
+    train w_a_$M -n 2 --pp 2 --micro-batches $M $IL --pp-partition auto $W2
+    a=$(ips "$tmp/w_1_$M"); b=$(ips "$tmp/w_u_$M"); c=$(ips "$tmp/w_a_$M")
+    x=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }'); y=$(awk -v a="$a" -v b="$c" 'BEGIN { printf "%.3f", b / a }')
+    if [ $M = 4 ]; then ru4="$ru4 $x" ra4="$ra4 $y"; else ru8="$ru8 $x" ra8="$ra8 $y"; fi
+    echo "| $r | $M | $(printf %.0f "$a") | $(mean "$(pf "$tmp/w_1_$M" idle_frac)") | $(printf %.0f "$b") |" \
+         "$(mean "$(pf "$tmp/w_u_$M" idle_frac)") | ${x}x | $(printf %.0f "$c") | $(mean "$(pf "$tmp/w_a_$M" idle_frac)") | ${y}x |"
   done
 done
 echo
 range() { echo "$2" | tr ' ' '\n' | sed '/^$/d' | sort -n |
   awk -v what="$1" '{ v[NR] = $1 } END { printf "%s: %.3fx to %.3fx, median %.3fx\n", what, v[1], v[NR], v[int((NR + 1) / 2)] }'; }
-range "interleaved / 1F1B throughput, M = 4" "$r4"
-range "interleaved / 1F1B throughput, M = 8" "$r8"
+range "interleaved (auto) / 1F1B (auto) throughput, M = 4" "$ra4"
+range "interleaved (auto) / 1F1B (auto) throughput, M = 8" "$ra8"
+range "interleaved (uniform) / 1F1B (auto) throughput, M = 4" "$ru4"
+range "interleaved (uniform) / 1F1B (auto) throughput, M = 8" "$ru8"

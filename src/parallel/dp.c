@@ -218,9 +218,6 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
     *out = NULL;
     if (cfg->zero < 0 || cfg->zero > 3) return dt_errorf(DT_ERR_INVALID, "--zero must be 0, 1, 2 or 3, got %d", cfg->zero);
     if (cfg->n_ranges < 0 || cfg->n_ranges > 16) return dt_errorf(DT_ERR_INVALID, "%d block ranges: at most 16", cfg->n_ranges);
-    if (cfg->zero == 3 && cfg->n_ranges > 1)
-        return dt_errorf(DT_ERR_INVALID, "--zero 3 with the interleaved schedule is not built: use --zero 2, "
-                         "or --schedule 1f1b");
     dt_dp *dp = dt_calloc(1, sizeof *dp);
     if (!dp) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     dp->m = m;

@@ -197,23 +197,30 @@ static void release_shared(dt_z3 *z) {
         if (z->shared[j] && z->resident[j]) release(z, j);
 }
 
+/* Block i is the lowest (top: highest) of one of this rank's block ranges. */
+static bool range_edge(const dt_z3 *z, int i, bool top) {
+    int j = top ? i + 1 : i - 1;
+    return z->block_bucket[i] >= 0 && (j < 0 || j >= z->m->n_blocks || z->block_bucket[j] < 0);
+}
+
 static void use(void *ctx, int block, dt_params_use u, bool eval) {
     dt_z3 *z = ctx;
-    int k = block >= z->first && block <= z->last ? z->block_bucket[block] : -1;
+    int k = z->block_bucket[block];
     if (z->pinned) return;
-    /* The end of a pass (an evaluation's forward, a backward) lets the shared buckets go. */
-    bool ends = (u == DT_PARAMS_FORWARD_DONE && eval && block == z->last) ||
-                (u == DT_PARAMS_BACKWARD_DONE && block == z->first);
+    /* The end of a pass (an evaluation's forward, a backward) over a range
+     * lets the shared buckets go. */
+    bool ends = (u == DT_PARAMS_FORWARD_DONE && eval && range_edge(z, block, true)) ||
+                (u == DT_PARAMS_BACKWARD_DONE && range_edge(z, block, false));
     if (k >= 0) {
         const dt_bucket *b = &z->b[k];
         bool own = !z->shared[k];
         if (u == DT_PARAMS_FORWARD && block == b->first_block) { /* the next bucket's gather goes out behind */
             if (k == z->nb - 1) z->passes++;
-            acquire(z, k, k - 1);
+            acquire(z, k, range_edge(z, b->top_block, true) ? -1 : k - 1);
         } else if (u == DT_PARAMS_FORWARD_DONE && block == b->top_block && own && (eval || (!z->keep && k != 0))) {
             release(z, k); /* the bucket backward starts with stays (and all with keep) */
         } else if (u == DT_PARAMS_BACKWARD && block == b->top_block) {
-            acquire(z, k, k + 1);
+            acquire(z, k, range_edge(z, b->first_block, false) ? -1 : k + 1);
         } else if (u == DT_PARAMS_BACKWARD_DONE && block == b->first_block && own) {
             release(z, k);
         }
@@ -225,7 +232,7 @@ static void use(void *ctx, int block, dt_params_use u, bool eval) {
  * needs[k * nb + j], and shared[j] when any other bucket reads j. */
 static void find_needs(const dt_model *m, const dt_bucket *b, int nb, const int *block_bucket, int first, int last,
                        bool *needs, bool *shared) {
-    for (int i = first; i <= last; i++) {
+    for (int i = first; i <= last; i++) { /* blocks of other ranges have no bucket */
         int k = block_bucket[i];
         const dt_block *blk = &m->blocks[i];
         for (int t = 0; t < blk->n_tensors && k >= 0; t++)
@@ -248,11 +255,12 @@ static size_t foreign_numel(const dt_model *m, const dt_bucket *b, int nb, size_
     return 0;
 }
 
-/* Floats of the foreign tensors blocks [first, last] read (each once). */
-static size_t foreign_floats(const dt_model *m, const dt_bucket *b, int nb, int first, int last) {
+/* Floats of the foreign tensors this rank's blocks in [first, last] read
+ * (each once). */
+static size_t foreign_floats(const dt_model *m, const dt_bucket *b, int nb, const int *block_bucket, int first, int last) {
     size_t n = 0;
     for (int i = first; i <= last; i++)
-        for (int t = 0; t < m->blocks[i].n_tensors; t++) {
+        for (int t = 0; t < m->blocks[i].n_tensors && block_bucket[i] >= 0; t++) {
             size_t off = m->blocks[i].off[t];
             bool seen = false;
             for (int i2 = first; i2 <= i && !seen; i2++)
@@ -265,10 +273,11 @@ static size_t foreign_floats(const dt_model *m, const dt_bucket *b, int nb, int 
 size_t dt_z3_gather_bound(const dt_model *m, const dt_bucket *b, int nb, const int *block_bucket, int first, int last,
                           bool keep) {
     bool *needs = dt_calloc((size_t)nb * (size_t)nb + 1, sizeof(bool)), *shared = dt_calloc((size_t)nb + 1, sizeof(bool));
-    size_t held = foreign_floats(m, b, nb, first, last), pair = 0;
+    size_t held = foreign_floats(m, b, nb, block_bucket, first, last), pair = 0;
     if (needs && shared) find_needs(m, b, nb, block_bucket, first, last, needs, shared);
     for (int k = 0; k < nb; k++) {
-        size_t n = b[k].hi - b[k].lo, next = k + 1 < nb && !(shared && shared[k + 1]) ? b[k + 1].hi - b[k + 1].lo : 0;
+        bool adjacent = k + 1 < nb && b[k + 1].top_block + 1 == b[k].first_block; /* one range */
+        size_t n = b[k].hi - b[k].lo, next = adjacent && !(shared && shared[k + 1]) ? b[k + 1].hi - b[k + 1].lo : 0;
         if (keep || (shared && shared[k])) held += n;
         else if (n + next > pair) pair = n + next;
     }
@@ -307,6 +316,7 @@ static void skip(void *ctx, bool eval) {
         use(z, i, DT_PARAMS_BACKWARD, false);
         use(z, i, DT_PARAMS_BACKWARD_DONE, false);
     }
+    /* (use() ignores blocks of other ranges: they have no bucket.) */
 }
 
 /* ---- life ----------------------------------------------------------------------------------- */
@@ -319,7 +329,7 @@ static bool collect_foreign(dt_z3 *z) {
     for (;;) { /* the next foreign tensor at or above done */
         size_t lo = m->n, n = 0;
         for (int i = z->first; i <= z->last; i++)
-            for (int t = 0; t < m->blocks[i].n_tensors; t++) {
+            for (int t = 0; t < m->blocks[i].n_tensors && z->block_bucket[i] >= 0; t++) {
                 size_t off = m->blocks[i].off[t], k = off >= done && off < lo ? foreign_numel(m, z->b, z->nb, off) : 0;
                 if (k) lo = off, n = k;
             }

@@ -16,7 +16,8 @@ typedef struct dt_z3_cfg {
     const dt_bucket *buckets;   /* borrowed; own_off/len, state_off and the block bounds set */
     int nb;
     const int *block_bucket;    /* block -> bucket (-1: none) */
-    int first, last;            /* the blocks this rank trains */
+    int first, last;            /* the span of the blocks this rank trains: those in it of no bucket
+                                 * (another stage's chunks, interleaved) are not its */
     size_t shard_n;             /* floats this rank owns */
     bool keep;                  /* --zero3-keep: forward's gathers kept for backward */
     bool overlap;               /* a gather thread (else gathers on the caller's thread) */

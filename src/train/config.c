@@ -140,8 +140,6 @@ static dt_status pipe_check(const dt_train_cfg *c) {
     if (M % P)
         return dt_errorf(DT_ERR_INVALID, "--schedule interleaved runs micro-batches in groups of --pp %d: --micro-batches %d "
                          "is not a multiple of %d (try %d)", P, M, P, (M / P + 1) * P);
-    if (c->dp.zero == 3)
-        return dt_errorf(DT_ERR_INVALID, "--zero 3 with the interleaved schedule is not built: use --zero 2, or --schedule 1f1b");
     return DT_OK;
 }
 
