@@ -33,7 +33,7 @@ path dp_native_trace -n 2 --allreduce native $MLP --trace "$tmp/trace.json"
 path pp_gpipe_recompute -n 2 --pp 2 --schedule gpipe --micro-batches 4 --recompute $GPT
 path pp_1f1b_z1 -n 4 --pp 2 --schedule 1f1b --micro-batches 2 --zero 1 $MLP
 path pp_auto -n 2 --pp 2 --pp-partition auto --micro-batches 2 $MLP
-path pp_interleaved_z2 -n 4 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 2 --zero 2 --pp-partition auto $GPT
+path pp_interleaved_z3 -n 4 --pp 2 --schedule interleaved --virtual-stages 2 --micro-batches 2 --zero 3 --pp-partition auto $GPT
 path tp_gpt_clip -n 2 --tp 2 --clip 0.3 $GPT
 # --precision bf16: the bf16 GEMM (where the CPU has AVX512-BF16) and the rounded copies
 path bf16_gpt_tp -n 2 --tp 2 --precision bf16 $GPT
