@@ -33,7 +33,7 @@ static dt_model_cfg gpt(const char *set) {
 
 /* Stage s of a pipeline cut at blocks first..last of m. */
 static stage_cost stage(const dt_model *m, int first, int last) {
-    stage_cost sc = {.model = m, .first = first, .last = last};
+    stage_cost sc = {.model = m, .nr = 1, .first = {first}, .last = {last}};
     sc.params = (double)(m->blocks[last].param_hi - m->blocks[first].param_lo);
     return sc;
 }
@@ -126,8 +126,8 @@ static void pipelines(void) {
     stage_cost sc[2] = {stage(m, 0, cut - 1), stage(m, cut, nb - 1)};
     double slot[2], shared[2];
     for (int s = 0; s < 2; s++) {
-        slot[s] = plan_acts_floats(m, sc[s].first, sc[s].last, 2, false);
-        shared[s] = plan_acts_floats(m, sc[s].first, sc[s].last, 2, true);
+        slot[s] = plan_acts_floats(m, sc[s].first[0], sc[s].last[0], 2, false);
+        shared[s] = plan_acts_floats(m, sc[s].first[0], sc[s].last[0], 2, true);
     }
     dt_plan_in in = {.model = &mc, .batch = 8, .adam = true, .cluster = cluster(1, 2, 2)};
     dt_plan_layout g = {.dp = 1, .tp = 1, .pp = 2, .micro = 4, .sched = DT_PLAN_GPIPE};
