@@ -138,10 +138,11 @@ void dt_cli_plan_flags(const dt_plan_pred *p, char *buf, size_t n) {
     if (n) buf[0] = '\0';
     if (l->tp > 1 && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --tp %d", l->tp);
     if (l->pp > 1 && w >= 0 && (size_t)w < n)
-        w += snprintf(buf + w, n - (size_t)w, " --pp %d --pp-partition %s --micro-batches %d --schedule %s%s", l->pp,
-                      p->partition, l->micro, sched_name(l->sched), l->recompute ? " --recompute" : "");
+        w += snprintf(buf + w, n - (size_t)w, " --pp %d --pp-partition %s --micro-batches %d --schedule %s", l->pp,
+                      p->partition, l->micro, sched_name(l->sched));
     if (l->pp > 1 && l->sched == DT_PLAN_INTERLEAVED && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, " --virtual-stages %d", l->virt);
+    if (l->pp > 1 && l->recompute && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --recompute");
     if (l->zero && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --zero %d", l->zero);
     char v[64];
     variant(l, v, sizeof v);
