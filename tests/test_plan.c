@@ -97,7 +97,8 @@ static void interleaved(void) {
     int stuck = 0;
     for (int P = 1; P <= 5; P++)
         for (int V = 1; V <= 4; V++)
-            for (int M = 1; M <= 12; M++) stuck += !(dt_plan_pipeline(DT_PLAN_INTERLEAVED, P, V, M, f, b, NULL, NULL) > 0);
+            for (int M = 1; M <= 12; M++)
+                stuck += !(dt_plan_pipeline(DT_PLAN_INTERLEAVED, P, V, M, f, b, NULL, NULL) > 0);
     printf("interleaved: %d of 240 (P, V, M) deadlocked\n", stuck);
     test_cond("interleaved: never deadlocks", stuck == 0);
     test_cond("1f1b's order over 2 chunks a stage deadlocks: refused",

@@ -229,9 +229,9 @@ static void interleaved(void) {
     test_cond("interleaved: the gradient buffers",
               ml[0].buffers == 4 * (3 * din[2] + fmax(dout[0], dout[2])) &&
                   ml[1].buffers == 4 * (3 * din[1] + 3 * din[3] + dout[1]));
-    test_cond("interleaved: the optimizer state of both chunks",
-              ml[0].optim == 8 * sc[0].params && sc[0].params == (double)(m->blocks[0].param_hi - m->blocks[0].param_lo) +
-                                                                    (double)(m->blocks[4].param_hi - m->blocks[3].param_lo));
+    double p0 = (double)(m->blocks[0].param_hi - m->blocks[0].param_lo) +
+                (double)(m->blocks[4].param_hi - m->blocks[3].param_lo); /* chunks 0 and 2 */
+    test_cond("interleaved: the optimizer state of both chunks", ml[0].optim == 8 * sc[0].params && sc[0].params == p0);
     /* one case whole, by hand: stage 1's own bytes (params, grads, optimizer,
      * activations, buffers, the unsharded copy) */
     double A = (double)m->n, want1 = 4 * A + 4 * A + 8 * sc[1].params + 4 * (3 * slot[1] + 3 * slot[3]) +

@@ -78,7 +78,8 @@ static void stage_costs(const dt_model *m, const dt_partition *part, stage_cost 
 /* What src/train/config.c refuses of the interleaved schedule. */
 static dt_status check_interleaved(const dt_plan_layout *l) {
     if (l->sched != DT_PLAN_INTERLEAVED) {
-        if (l->virt > 1) return dt_errorf(DT_ERR_INVALID, "plan: --virtual-stages %d is for the interleaved schedule", l->virt);
+        if (l->virt > 1)
+            return dt_errorf(DT_ERR_INVALID, "plan: --virtual-stages %d is for the interleaved schedule", l->virt);
         return DT_OK;
     }
     if (l->pp < 2) return dt_errorf(DT_ERR_INVALID, "plan: the interleaved schedule is for a pipeline (pp >= 2)");
