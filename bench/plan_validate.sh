@@ -40,18 +40,20 @@ W2="--model gpt --batch 16 --eval-max 1"
 steps_W1=120:20 steps_W1_100mbit=12:3
 steps_W2=16:4 steps_W2_100mbit=6:2
 
-# Layouts: n:dp:tp:pp:zero:micro:schedule:recompute[:compression]
+# Layouts: n:dp:tp:pp:zero:micro:schedule:recompute[:compression]; schedule
+# gpipe, 1f1b or ilV (interleaved 1F1B, V chunks a stage)
 H1="1:1:1:1:0:1:1f1b:0 2:2:1:1:0:1:1f1b:0 2:2:1:1:1:1:1f1b:0 2:2:1:1:2:1:1f1b:0 2:2:1:1:3:1:1f1b:0 2:1:2:1:0:1:1f1b:0
-    2:1:1:2:0:4:1f1b:0 2:1:1:2:0:4:gpipe:0 2:2:1:1:0:1:1f1b:0:int8 4:4:1:1:0:1:1f1b:0 4:2:2:1:0:1:1f1b:0
-    4:2:1:2:1:4:1f1b:0"
+    2:1:1:2:0:4:1f1b:0 2:1:1:2:0:4:gpipe:0 2:1:1:2:0:4:il2:0 2:2:1:1:0:1:1f1b:0:int8 4:4:1:1:0:1:1f1b:0
+    4:2:2:1:0:1:1f1b:0 4:2:1:2:1:4:1f1b:0"
 H2="1:1:1:1:0:1:1f1b:0 2:2:1:1:0:1:1f1b:0 2:2:1:1:2:1:1f1b:0 2:2:1:1:3:1:1f1b:0 2:1:2:1:0:1:1f1b:0 2:1:1:2:0:4:1f1b:0
-    2:1:1:2:0:4:1f1b:1 2:2:1:1:0:1:1f1b:0:int8 4:2:2:1:0:1:1f1b:0 4:1:2:2:0:4:1f1b:0"
+    2:1:1:2:0:4:1f1b:1 2:1:1:2:0:4:il2:0 2:2:1:1:0:1:1f1b:0:int8 4:2:2:1:0:1:1f1b:0 4:1:2:2:0:4:1f1b:0
+    4:2:1:2:0:4:il2:0"
 # On 2 hosts ranks fill node1 first, and the mesh puts tp innermost, pp
 # outermost: dp over 2 x 1 or 2 x 2 crosses the hosts; --pp 2 puts a stage on
 # each host (with dp or tp inside it); --tp 2 on 2 x 2 keeps tp inside a host.
 C2="2:2:1:1:0:1:1f1b:0 2:2:1:1:1:1:1f1b:0 2:2:1:1:2:1:1f1b:0 2:2:1:1:3:1:1f1b:0 2:1:1:2:0:4:1f1b:0
-    2:2:1:1:0:1:1f1b:0:fp16 2:2:1:1:0:1:1f1b:0:int8"
-C4="4:4:1:1:0:1:1f1b:0 4:4:1:1:1:1:1f1b:0 4:4:1:1:2:1:1f1b:0 4:2:1:2:0:4:1f1b:0 4:1:2:2:0:4:1f1b:0
+    2:1:1:2:0:4:il2:0 2:2:1:1:0:1:1f1b:0:fp16 2:2:1:1:0:1:1f1b:0:int8"
+C4="4:4:1:1:0:1:1f1b:0 4:4:1:1:1:1:1f1b:0 4:4:1:1:2:1:1f1b:0 4:2:1:2:0:4:1f1b:0 4:2:1:2:0:4:il2:0 4:1:2:2:0:4:1f1b:0
     4:2:2:1:0:1:1f1b:0 4:4:1:1:0:1:1f1b:0:topk:0.01"
 
 # ---- helpers ------------------------------------------------------------------
@@ -61,6 +63,7 @@ layout_flags() {
   local tp pp zero mb sched rc comp f=""
   IFS=: read -r _ _ tp pp zero mb sched rc comp <<<"$1"
   [ "$tp" -gt 1 ] && f="$f --tp $tp"
+  case $sched in il*) sched="interleaved --virtual-stages ${sched#il}" ;; esac
   [ "$pp" -gt 1 ] && f="$f --pp $pp --micro-batches $mb --schedule $sched"
   [ "$rc" = 1 ] && f="$f --recompute"
   [ "$zero" -gt 0 ] && f="$f --zero $zero"
@@ -145,7 +148,7 @@ def key(flags):
             f[a] = t[i + 1] if i + 1 < len(t) and not t[i + 1].startswith("--") else ""
     for a, d in (("--tp", "1"), ("--pp", "1"), ("--zero", "0"), ("--compress", "none"), ("--pp-partition", None)):
         if f.get(a, d) == d or d is None: f.pop(a, None)
-    if "--pp" not in f: f.pop("--micro-batches", None); f.pop("--schedule", None)
+    if "--pp" not in f: f.pop("--micro-batches", None); f.pop("--schedule", None); f.pop("--virtual-stages", None)
     return " ".join(f"{a} {v}".strip() for a, v in sorted(f.items()))
 
 def key_cmd(x):
@@ -157,6 +160,7 @@ def label(k):
     tp, pp = int(f.pop("--tp", 1)), int(f.pop("--pp", 1))
     s = f'{int(f.pop("-n")) // (tp * pp)} x {tp} x {pp}, ZeRO-{f.pop("--zero", 0)}'
     if pp > 1: s += f', M {f.pop("--micro-batches", 1)}, {f.pop("--schedule", "1f1b")}'
+    if "--virtual-stages" in f: s += f' (V {f.pop("--virtual-stages")})'
     if "--recompute" in f: f.pop("--recompute"); s += ", recompute"
     if "--compress" in f: s += ", " + f.pop("--compress")
     return s + "".join(f", {a} {v}".rstrip() for a, v in f.items())

@@ -87,7 +87,7 @@ refuse() { # CODE PATTERN -- ARGS (env VAR=V allowed first)
   else fail "(rc=$rc, want $code and /$pat/): $*"; indent <<<"$err"; fi
 }
 T=("$dt" train -n 2 --model mlp --steps 1)
-for f in "--tp 2" "--pp=2" "--zero 1" "--micro-batches 4" "--schedule 1f1b" "--recompute" "--pp-partition auto" \
+for f in "--tp 2" "--pp=2" "--zero 1" "--micro-batches 4" "--schedule 1f1b" "--virtual-stages 2" "--recompute" "--pp-partition auto" \
          "--compress fp16" "--strategy ps" "--servers 1" "--balance dynamic"; do
   n=${f%%[ =]*}
   refuse 2 "--layout auto chooses $n itself: drop $n" -- "${T[@]}" --layout auto $f

@@ -48,7 +48,7 @@ static void pipelines(void) {
         dt_plan_sched sc = s ? DT_PLAN_1F1B : DT_PLAN_GPIPE;
         for (int P = 1; P <= 8; P *= 2)
             for (int M = 1; M <= 16; M *= 2) {
-                double span = dt_plan_pipeline(sc, P, M, f, b, NULL, &busy);
+                double span = dt_plan_pipeline(sc, P, 1, M, f, b, NULL, &busy);
                 double bubble = 1 - busy / span, want = (double)(P - 1) / (M + P - 1);
                 test_cond("equal stages: (M+P-1)(f+b)", span == (M + P - 1) * 3.0);
                 test_cond("equal stages: bubble (P-1)/(M+P-1)", fabs(bubble - want) < 1e-12);
@@ -56,20 +56,70 @@ static void pipelines(void) {
     }
     /* P 2, M 2, f = b = 1, p2p 0.5: stage 1 runs F0 [1.5, 2.5], F1 or B0 ...; both end at 7 */
     double half[2] = {0, 0.5};
-    double span_g = dt_plan_pipeline(DT_PLAN_GPIPE, 2, 2, f, f, half, NULL);
-    double span_1 = dt_plan_pipeline(DT_PLAN_1F1B, 2, 2, f, f, half, NULL);
+    double span_g = dt_plan_pipeline(DT_PLAN_GPIPE, 2, 1, 2, f, f, half, NULL);
+    double span_1 = dt_plan_pipeline(DT_PLAN_1F1B, 2, 1, 2, f, f, half, NULL);
     printf("P 2, M 2, p2p 0.5: gpipe %.2f, 1f1b %.2f (hand: 7)\n", span_g, span_1);
     test_cond("transfer time: gpipe 7", span_g == 7);
     test_cond("transfer time: 1f1b 7", span_1 == 7);
     /* unequal: fwd {1, 2}, bwd {2, 4}, M 4: stage 1 busy 24 from t = 1 with no gap;
      * stage 0's last backward waits for stage 1's, then takes 2: 27 */
     double uf[2] = {1, 2}, ub[2] = {2, 4};
-    double span_u = dt_plan_pipeline(DT_PLAN_1F1B, 2, 4, uf, ub, NULL, &busy);
+    double span_u = dt_plan_pipeline(DT_PLAN_1F1B, 2, 1, 4, uf, ub, NULL, &busy);
     printf("unequal stages: 1f1b %.2f (hand: 27), busiest stage %.2f\n", span_u, busy);
     test_cond("unequal stages: 27", span_u == 27 && busy == 24);
-    test_cond("gpipe no shorter than 1f1b here", dt_plan_pipeline(DT_PLAN_GPIPE, 2, 4, uf, ub, NULL, NULL) >= 27);
-    test_cond("P 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 0, 4, uf, ub, NULL, NULL) < 0);
-    test_cond("M 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 2, 0, uf, ub, NULL, NULL) < 0);
+    test_cond("gpipe no shorter than 1f1b here", dt_plan_pipeline(DT_PLAN_GPIPE, 2, 1, 4, uf, ub, NULL, NULL) >= 27);
+    test_cond("P 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 0, 1, 4, uf, ub, NULL, NULL) < 0);
+    test_cond("M 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 2, 1, 0, uf, ub, NULL, NULL) < 0);
+    test_cond("V 0 refused", dt_plan_pipeline(DT_PLAN_1F1B, 2, 0, 4, uf, ub, NULL, NULL) < 0);
+}
+
+/* Interleaved 1F1B (Narayanan et al. 2021): equal chunks f, b (a stage's F =
+ * V f, B = V b) and free transfers take (M + (P-1)/V)(F + B), the bubble
+ * (P-1)/(VM+P-1) of the step, for M a multiple of P; hand-traced with
+ * transfers; the order never deadlocks, where 1F1B's over V chunks would. */
+static void interleaved(void) {
+    double f[64], b[64], busy;
+    for (int i = 0; i < 64; i++) f[i] = 0.5, b[i] = 1.25;
+    for (int P = 2; P <= 4; P += 2)
+        for (int V = 2; V <= 3; V++)
+            for (int M = P; M <= 4 * P; M += P) {
+                double F = V * 0.5, B = V * 1.25, want = (M + (double)(P - 1) / V) * (F + B);
+                double span = dt_plan_pipeline(DT_PLAN_INTERLEAVED, P, V, M, f, b, NULL, &busy);
+                double bubble = 1 - busy / span, wb = (double)(P - 1) / (V * M + P - 1);
+                printf("interleaved P %d V %d M %2d: %.4f, (M + (P-1)/V)(F+B) = %.4f; bubble %.4f, (P-1)/(VM+P-1) = "
+                       "%.4f\n", P, V, M, span, want, bubble, wb);
+                test_cond("interleaved, equal chunks: (M + (P-1)/V)(F+B)", fabs(span - want) < 1e-9);
+                test_cond("interleaved: busy M(F+B)", fabs(busy - M * (F + B)) < 1e-9);
+                test_cond("interleaved: bubble (P-1)/(VM+P-1)", fabs(bubble - wb) < 1e-12);
+            }
+    /* never deadlocks: every P, V, M, M not a multiple of P too (the
+     * runtime's chunk-major fallback); 1F1B's order over V > 1 chunks does */
+    int stuck = 0;
+    for (int P = 1; P <= 5; P++)
+        for (int V = 1; V <= 4; V++)
+            for (int M = 1; M <= 12; M++)
+                stuck += !(dt_plan_pipeline(DT_PLAN_INTERLEAVED, P, V, M, f, b, NULL, NULL) > 0);
+    printf("interleaved: %d of 240 (P, V, M) deadlocked\n", stuck);
+    test_cond("interleaved: never deadlocks", stuck == 0);
+    test_cond("1f1b's order over 2 chunks a stage deadlocks: refused",
+              dt_plan_pipeline(DT_PLAN_1F1B, 2, 2, 4, f, b, NULL, NULL) < 0);
+    double s1 = dt_plan_pipeline(DT_PLAN_1F1B, 4, 1, 8, f, b, NULL, NULL);
+    test_cond("interleaved, V 1: 1F1B's", dt_plan_pipeline(DT_PLAN_INTERLEAVED, 4, 1, 8, f, b, NULL, NULL) == s1);
+    /* P 2, V 2, M 2, f = b = 1, every transfer 0.5 (chunk c on stage c % 2).
+     * Stage 0 runs F(c0,m0) [0,1] F(c0,m1) [1,2]; stage 1 F(c1,m0) [1.5,2.5]
+     * F(c1,m1) [2.5,3.5]; stage 0 F(c2,m0) [3,4] F(c2,m1) [4,5]; stage 1
+     * F(c3,m0) [4.5,5.5] B(c3,m0) [5.5,6.5] F(c3,m1) [6.5,7.5] B(c3,m1)
+     * [7.5,8.5]; stage 0 B(c2,m0) [7,8] B(c2,m1) [9,10]; stage 1 B(c1,m0)
+     * [8.5,9.5] B(c1,m1) [10.5,11.5]; stage 0 B(c0,m0) [10,11] B(c0,m1)
+     * [12,13]: 13, where free transfers take 10. 1F1B over the same stages
+     * (f = b = 2) takes 13 too: (M + P - 1)(f + b) = 12 and one transfer's
+     * wait each way; the smaller bubble went to three boundaries' transfers. */
+    double one[4] = {1, 1, 1, 1}, half[4] = {0, 0.5, 0.5, 0.5}, two[2] = {2, 2};
+    double span = dt_plan_pipeline(DT_PLAN_INTERLEAVED, 2, 2, 2, one, one, half, NULL);
+    double plain = dt_plan_pipeline(DT_PLAN_1F1B, 2, 1, 2, two, two, half, NULL);
+    printf("P 2, V 2, M 2, p2p 0.5: interleaved %.2f (hand: 13), 1f1b %.2f (hand: 13)\n", span, plain);
+    test_cond("interleaved, transfers: 13 by hand", span == 13);
+    test_cond("1f1b, the same stages: 13 by hand", plain == 13);
 }
 
 /* Narayanan et al. 2021 (arXiv 2104.04473), Table 1: GPT, s 2048, V 51200, on
@@ -205,7 +255,7 @@ static void scale_closed_forms(void) {
             double st = s == P - 1 ? pr.stage_s : Sm;
             f[s] = st / 4, b[s] = 3 * st / 4;
         }
-        double sim = dt_plan_pipeline(DT_PLAN_1F1B, P, M, f, b, NULL, NULL);
+        double sim = dt_plan_pipeline(DT_PLAN_1F1B, P, 1, M, f, b, NULL, NULL);
         double closed = M * pr.stage_s + (P - 1) * Sm;
         printf("%.1fB, P %d, M %d: closed form %.4f s, simulated 1F1B %.4f s\n", table1[rows[k]].billions, P, M, closed, sim);
         test_cond("pipeline check: within 1%", fabs(closed - sim) < 0.01 * sim);
@@ -235,6 +285,7 @@ int main(void) {
     zero_figure();
     shares();
     pipelines();
+    interleaved();
     megatron_table1();
     scale_closed_forms();
     return test_report();

@@ -23,6 +23,38 @@ done
 "$dt" plan --cluster "$tmp/c.json" --model llama --set n_layer=2 --json --top 3 > "$tmp/p.json" 2>&1 &&
   python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert len(a)==3 and all(x['step_s']>0 and 'command' in x for x in a)" "$tmp/p.json" &&
   ok "--json: 3 layouts with step_s and a command" || { fail "--json"; indent < "$tmp/p.json"; }
+# the interleaved schedule: listed as ilV, in --json as "interleaved" with its
+# V, a partition of pp x V chunks and --schedule interleaved --virtual-stages V
+grep -Eq '^ +[0-9]+ +[0-9]+ +2 +[0-9] +[0-9]+ il2 ' <<<"$out" && ok "interleaved rows listed (il2)" ||
+  { fail "no il2 row"; indent <<<"$out"; }
+"$dt" plan --cluster "$tmp/c.json" --model gpt --json --top 100000 > "$tmp/il.json" 2>&1 &&
+  python3 - "$tmp/il.json" <<'PY' && ok "--json: interleaved rows with V, pp x V chunks and the runtime's flags" || { fail "--json interleaved"; head -c 2000 "$tmp/il.json" | indent; }
+import json, sys
+a = [x for x in json.load(open(sys.argv[1])) if x["schedule"] == "interleaved"]
+assert a
+for x in a:
+    V, pp, M = x["virtual_stages"], x["pp"], x["micro_batches"]
+    assert V in (2, 4) and pp > 1 and M % pp == 0 and x["zero"] != 3
+    assert len(x["partition"].split(",")) == pp * V
+    assert f"--schedule interleaved --virtual-stages {V}" in x["command"]
+PY
+# one runs as planned, its memory what the planner predicted (no base in the file: dtrain's own bytes)
+cat > "$tmp/one.json" <<'J'
+{"hosts": 1, "ranks_per_host": 2, "gflops": 50, "memory_gb": 12,
+ "local": {"latency_us": 5, "bandwidth_gbit": 40}, "cross": {"latency_us": 60, "bandwidth_gbit": 1}}
+J
+"$dt" plan --cluster "$tmp/one.json" --model mlp --json --top 100000 > "$tmp/il1.json" 2>&1
+IFS=$'\t' read -r cmd want < <(python3 -c "import json,sys
+a = [x for x in json.load(open(sys.argv[1])) if x['schedule'] == 'interleaved' and x['micro_batches'] == 8 and
+     x['zero'] == 0 and not x['recompute']]
+print(a[0]['command'].split(' ', 2)[2], int(a[0]['memory_bytes']), sep='\t')" "$tmp/il1.json")
+# shellcheck disable=SC2086
+if "$dt" train $cmd --steps 2 --quiet --out "$tmp/il" > "$tmp/il.log" 2>&1; then
+  got=$(python3 -c "import json,sys
+print(next(json.loads(l)['own_max_bytes'] for l in open(sys.argv[1]) if '\"memory\"' in l))" "$tmp/il/metrics.jsonl")
+  [ "$got" = "$want" ] && ok "the planned interleaved run ($cmd): $got bytes, as predicted" ||
+    fail "interleaved run: $got bytes, predicted $want"
+else fail "the planned interleaved run failed: $cmd"; indent < "$tmp/il.log"; fi
 sed 's/"memory_gb": 12/"memory_gb": 0.001/' "$tmp/c.json" > "$tmp/small.json"
 out=$("$dt" plan --cluster "$tmp/small.json" --model gpt 2>"$tmp/err"); rc=$?
 if [ $rc -eq 1 ] && grep -q "none fits in memory" <<<"$out" && [ "$(grep -c . "$tmp/err")" -eq 1 ] &&

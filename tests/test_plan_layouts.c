@@ -205,6 +205,23 @@ static void refusals(void) {
     in.batch = 64;
     in.cluster = cluster(2, 4, 4);
     refuse(&in, (dt_plan_layout){.dp = 1, .tp = 1, .pp = 8, .micro = 1}, "--pp 8: the model has 4 blocks");
+    /* the interleaved schedule where the runtime refuses it (src/train/config.c) */
+    in.cluster = cluster(1, 4, 4);
+    dt_plan_layout il = {.dp = 2, .tp = 1, .pp = 2, .micro = 4, .sched = DT_PLAN_INTERLEAVED, .virt = 2};
+    dt_plan_pred p;
+    test_cond("interleaved pp 2 x 2 chunks of 4 blocks: valid", dt_plan_predict(&in, &il, &p) == DT_OK);
+    il.micro = 3;
+    refuse(&in, il, "groups of pp 2: 3 is not a multiple");
+    il.micro = 4, il.zero = 3;
+    refuse(&in, il, "ZeRO-3 with the interleaved schedule is not built");
+    il.zero = 0, il.virt = 4;
+    refuse(&in, il, "--pp 2 x 4 virtual stages: 8 chunks, the model has 4 blocks");
+    il.virt = 1;
+    refuse(&in, il, "takes 2 to 16 chunks a stage, not 1");
+    il = (dt_plan_layout){.dp = 4, .tp = 1, .pp = 1, .micro = 1, .sched = DT_PLAN_INTERLEAVED, .virt = 2};
+    refuse(&in, il, "the interleaved schedule is for a pipeline");
+    il = (dt_plan_layout){.dp = 2, .tp = 1, .pp = 2, .micro = 4, .sched = DT_PLAN_1F1B, .virt = 2};
+    refuse(&in, il, "--virtual-stages 2 is for the interleaved schedule");
 }
 
 static void enumeration(void) {
@@ -213,9 +230,16 @@ static void enumeration(void) {
     c->speed[1] = 0.5;
     dt_plan_in in = {.model = &mc, .batch = 64, .adam = true, .cluster = c};
     dt_plan_pred *v = NULL;
-    int n = 0, ps = 0, comp = 0, bal = 0, sorted = 1;
+    int n = 0, ps = 0, comp = 0, bal = 0, sorted = 1, il = 0, il_ok = 1;
     test_cond("layouts: enumerated", dt_plan_layouts(&in, &v, &n) == DT_OK && n > 0);
     for (int i = 0; i < n; i++) {
+        const dt_plan_layout *l = &v[i].l;
+        if (l->sched == DT_PLAN_INTERLEAVED) {
+            il++;
+            /* the mlp's 4 blocks: pp 2 at V = 2 only, every M a multiple of 2, no ZeRO-3 */
+            il_ok &= l->pp == 2 && l->virt == 2 && l->micro % 2 == 0 && l->zero != 3 &&
+                     strchr(v[i].partition, ',') && strlen(v[i].partition) == 7;
+        }
         ps += v[i].l.servers > 0;
         comp += v[i].l.comp.kind != DT_COMP_NONE;
         bal += v[i].l.balance;
@@ -228,6 +252,10 @@ static void enumeration(void) {
     test_cond("layouts: 4 codecs x ZeRO 0-3", comp == 16);
     test_cond("layouts: the batch split by speed on unequal hosts", bal == 1);
     test_cond("layouts: the world's, fastest first", sorted);
+    /* pp 2: dp 2 x tp 1 at ZeRO 0-2 and M 2..32 (M dp <= 64), dp 1 x tp 2 at
+     * ZeRO 0 and M 2..64; recompute or not */
+    printf("interleaved: %d layouts (want (3 x 5 + 6) x 2 = 42), all valid: %s\n", il, il_ok ? "yes" : "no");
+    test_cond("layouts: interleaved where the runtime takes it", il == 42 && il_ok);
     dt_free(v);
 }
 

@@ -9,6 +9,7 @@
  * recomputation, as dt_acts_create allocates them; the unsharded copy of tp
  * and pp; the base with and without MPI; the setup peak of ZeRO-2; the
  * cluster file's base_mb and mpi_mb. */
+#include "dtrain/pipeline.h"
 #include "dtrain/plan.h"
 #include "plan/plan_internal.h"
 #include "plan_testhelp.h"
@@ -33,7 +34,7 @@ static dt_model_cfg gpt(const char *set) {
 
 /* Stage s of a pipeline cut at blocks first..last of m. */
 static stage_cost stage(const dt_model *m, int first, int last) {
-    stage_cost sc = {.model = m, .first = first, .last = last};
+    stage_cost sc = {.model = m, .nr = 1, .first = {first}, .last = {last}};
     sc.params = (double)(m->blocks[last].param_hi - m->blocks[first].param_lo);
     return sc;
 }
@@ -126,8 +127,8 @@ static void pipelines(void) {
     stage_cost sc[2] = {stage(m, 0, cut - 1), stage(m, cut, nb - 1)};
     double slot[2], shared[2];
     for (int s = 0; s < 2; s++) {
-        slot[s] = plan_acts_floats(m, sc[s].first, sc[s].last, 2, false);
-        shared[s] = plan_acts_floats(m, sc[s].first, sc[s].last, 2, true);
+        slot[s] = plan_acts_floats(m, sc[s].first[0], sc[s].last[0], 2, false);
+        shared[s] = plan_acts_floats(m, sc[s].first[0], sc[s].last[0], 2, true);
     }
     dt_plan_in in = {.model = &mc, .batch = 8, .adam = true, .cluster = cluster(1, 2, 2)};
     dt_plan_layout g = {.dp = 1, .tp = 1, .pp = 2, .micro = 4, .sched = DT_PLAN_GPIPE};
@@ -161,6 +162,94 @@ static void pipelines(void) {
     dt_plan_mem pm[2];
     for (int s = 0; s < 2; s++) plan_stage_memory(&in, &g, &pc[s], s, &pm[s]);
     test_cond("pp: the layout's memory is its larger stage's", p.mem.total == fmax(pm[0].total, pm[1].total));
+    dt_model_destroy(m);
+}
+
+/* Stage s of an interleaved pipeline of P stages: chunks s, s + P, ... of the
+ * cut cut[0..nc] (chunk c is blocks cut[c]..cut[c+1]-1). */
+static stage_cost chunks_of(const dt_model *m, const int *cut, int nc, int P, int s) {
+    stage_cost sc = {.model = m};
+    for (int c = s; c < nc; c += P) {
+        sc.first[sc.nr] = cut[c];
+        sc.last[sc.nr++] = cut[c + 1] - 1;
+        sc.params += (double)(m->blocks[cut[c + 1] - 1].param_hi - m->blocks[cut[c]].param_lo);
+    }
+    return sc;
+}
+
+static double r16(double n) { return ceil(n / 16) * 16; }
+
+/* Interleaved 1F1B, P 2, V 2, M 4, micro-batches of 2 samples: chunks c0..c3
+ * (stage 0 holds c0 and c2, stage 1 c1 and c3). The ring of a chunk is as
+ * deep as the most micro-batches the runtime's order keeps alive in it, over
+ * every step of 1 to M micro-batches (dt_pipe_sched_depths). Counted by hand
+ * from pipe_schedule.c's order: at M = 4 stage 0 warms up with 4 forwards
+ * (c0 m0, c0 m1, c2 m0, c2 m1), then F c0 m2, B c2 m0, F c0 m3, B c2 m1, ...:
+ * c0 holds 4, c2 2; stage 1 warms up with 2 (c1 m0, c1 m1), then F c3 m0,
+ * B c3 m0, ..., F c1 m2, B c1 m0: c1 holds 3, c3 1. A step of 3 micro-batches
+ * (a batch of 3 rows), not a multiple of P, runs chunk-major as GPipe does:
+ * 3 alive in every chunk. So the rings are {4, 3} on stage 0 and {3, 3} on
+ * stage 1. */
+static void interleaved(void) {
+    int want[2][2] = {{4, 3}, {3, 3}}, depth[2][DT_PIPE_MAX_VIRTUAL];
+    for (int s = 0; s < 2; s++) dt_pipe_sched_depths(DT_SCHED_INTERLEAVED, 2, 2, s, 4, depth[s]);
+    printf("interleaved P 2 V 2 M 4: rings {%d, %d} on stage 0, {%d, %d} on stage 1 (hand: {4, 3}, {3, 3})\n",
+           depth[0][0], depth[0][1], depth[1][0], depth[1][1]);
+    test_cond("interleaved: the rings counted by hand", depth[0][0] == want[0][0] && depth[0][1] == want[0][1] &&
+                                                            depth[1][0] == want[1][0] && depth[1][1] == want[1][1]);
+    dt_model_cfg mc = gpt("n_layer=4,n_embd=64,block_size=16");
+    dt_model *m = NULL;
+    test_cond("il: probe", dt_model_probe(&mc, &m) == DT_OK);
+    int nb = m->n_blocks, cut[5] = {0, 1, 3, 5, nb};
+    stage_cost sc[2] = {chunks_of(m, cut, 4, 2, 0), chunks_of(m, cut, 4, 2, 1)};
+    double slot[4], shared[4], din[4], dout[4];
+    for (int c = 0; c < 4; c++) {
+        slot[c] = plan_acts_floats(m, cut[c], cut[c + 1] - 1, 2, false);
+        shared[c] = plan_acts_floats(m, cut[c], cut[c + 1] - 1, 2, true);
+        din[c] = r16((double)m->blocks[cut[c]].in_dim * 2);
+        dout[c] = r16((double)m->blocks[cut[c + 1] - 1].out_dim * 2);
+    }
+    dt_plan_in in = {.model = &mc, .batch = 8, .adam = true, .cluster = cluster(1, 2, 2)};
+    dt_plan_layout l = {.dp = 1, .tp = 1, .pp = 2, .micro = 4, .sched = DT_PLAN_INTERLEAVED, .virt = 2}, r = l;
+    r.recompute = true;
+    dt_plan_mem ml[2], mr[2];
+    for (int s = 0; s < 2; s++) {
+        plan_stage_memory(&in, &l, &sc[s], s, &ml[s]);
+        plan_stage_memory(&in, &r, &sc[s], s, &mr[s]);
+        printf("interleaved stage %d: activations %.0f, recomputing %.0f, buffers %.0f bytes\n", s, ml[s].acts,
+               mr[s].acts, ml[s].buffers);
+    }
+    test_cond("interleaved: each chunk's ring of whole sets",
+              ml[0].acts == 4 * (4 * slot[0] + 3 * slot[2]) && ml[1].acts == 4 * (3 * slot[1] + 3 * slot[3]));
+    test_cond("interleaved, recompute: a whole set a chunk and the rings' boundaries",
+              mr[0].acts == 4 * (slot[0] + 4 * shared[0] + slot[2] + 3 * shared[2]) &&
+                  mr[1].acts == 4 * (slot[1] + 3 * shared[1] + slot[3] + 3 * shared[3]));
+    /* input gradients a slot but for chunk 0; one output gradient, the larger
+     * of the stage's chunks but the model's last */
+    test_cond("interleaved: the gradient buffers",
+              ml[0].buffers == 4 * (3 * din[2] + fmax(dout[0], dout[2])) &&
+                  ml[1].buffers == 4 * (3 * din[1] + 3 * din[3] + dout[1]));
+    double p0 = (double)(m->blocks[0].param_hi - m->blocks[0].param_lo) +
+                (double)(m->blocks[4].param_hi - m->blocks[3].param_lo); /* chunks 0 and 2 */
+    test_cond("interleaved: the optimizer state of both chunks", ml[0].optim == 8 * sc[0].params && sc[0].params == p0);
+    /* one case whole, by hand: stage 1's own bytes (params, grads, optimizer,
+     * activations, buffers, the unsharded copy) */
+    double A = (double)m->n, want1 = 4 * A + 4 * A + 8 * sc[1].params + 4 * (3 * slot[1] + 3 * slot[3]) +
+                                     4 * (3 * din[1] + 3 * din[3] + dout[1]) + 8 * A;
+    printf("interleaved stage 1: own %.0f bytes (hand %.0f)\n", own(&ml[1]), want1);
+    test_cond("interleaved: stage 1's memory by hand", own(&ml[1]) == want1 && ml[1].total == want1);
+    /* dt_plan_predict: its own cut into 4 chunks, the larger stage's memory */
+    dt_plan_pred p;
+    int k[4] = {0};
+    test_cond("il: predicted", dt_plan_predict(&in, &l, &p) == DT_OK &&
+                                   sscanf(p.partition, "%d,%d,%d,%d", &k[0], &k[1], &k[2], &k[3]) == 4);
+    int pcut[5] = {0, k[0], k[0] + k[1], k[0] + k[1] + k[2], nb};
+    stage_cost pc[2] = {chunks_of(m, pcut, 4, 2, 0), chunks_of(m, pcut, 4, 2, 1)};
+    dt_plan_mem pm[2];
+    for (int s = 0; s < 2; s++) plan_stage_memory(&in, &l, &pc[s], s, &pm[s]);
+    printf("interleaved predicted: partition %s, %.0f bytes\n", p.partition, p.mem.total);
+    test_cond("il: four chunks", pcut[4] - pcut[3] >= 1 && k[0] + k[1] + k[2] + k[3] == nb);
+    test_cond("il: the layout's memory is its larger stage's", p.mem.total == fmax(pm[0].total, pm[1].total));
     dt_model_destroy(m);
 }
 
@@ -276,6 +365,7 @@ int main(void) {
     acts_sizes();
     zero_stages();
     pipelines();
+    interleaved();
     tensor_parallel();
     base_and_peak();
     cluster_file();

@@ -6,9 +6,10 @@
  *   ZeRO paper counts it (Rajbhandari et al. 2020, section 3 and figure 1):
  *   parameters, gradients and optimizer state of the rank's 1/(tp pp) of the
  *   model, the last three sharded over the dp group stage by stage.
- * - A pipeline schedule's makespan, simulated event by event from per-stage
- *   forward and backward times (GPipe and 1F1B as src/parallel/pipeline.c runs
- *   them), and its bubble. */
+ * - A pipeline schedule's makespan, simulated event by event from per-chunk
+ *   forward and backward times (GPipe, 1F1B and interleaved 1F1B in the
+ *   operation order src/parallel/pipeline.c runs: dt_pipe_sched_op), and its
+ *   bubble. */
 #ifndef DTRAIN_PLAN_H
 #define DTRAIN_PLAN_H
 
@@ -57,21 +58,27 @@ dt_status dt_plan_memory(const dt_plan_mem_in *in, dt_plan_mem *out);
 
 /* ---- pipeline schedules ----------------------------------------------------- */
 
-typedef enum { DT_PLAN_GPIPE, DT_PLAN_1F1B } dt_plan_sched;
+typedef enum { DT_PLAN_GPIPE, DT_PLAN_1F1B, DT_PLAN_INTERLEAVED } dt_plan_sched;
 
-/* The makespan of one step of P stages and M micro-batches: stage s takes fwd[s]
- * for a micro-batch's forward and bwd[s] for its backward (recomputation folded
- * in by the caller), and a transfer between stages s-1 and s takes p2p[s] seconds
- * (p2p holds P entries, p2p[0] unused; either way; NULL: transfers are free).
- * Order per stage:
- * GPipe, every forward then every backward; 1F1B, P-s-1 warm-up forwards, then
- * one forward and one backward alternately, then the remaining backwards. Each
- * operation starts when its stage is free and its input has arrived. *busy, when
- * not NULL, receives the largest stage busy time; the bubble fraction is
- * 1 - busy / makespan ((P-1)/(M+P-1) for equal stages and free transfers). Returns a
- * negative value for P < 1, M < 1 or P*M above 1 << 20. */
-double dt_plan_pipeline(dt_plan_sched sched, int P, int M, const double *fwd, const double *bwd, const double *p2p,
-                        double *busy);
+/* The makespan of one step of P stages of V chunks each and M micro-batches,
+ * in the runtime's operation order (dt_pipe_sched_op: GPipe, every forward
+ * then every backward; 1F1B, P-s-1 warm-up forwards, then one forward and one
+ * backward alternately, then the remaining backwards; interleaved, Megatron's
+ * groups of P micro-batches through each chunk in turn). The model is cut into
+ * C = P*V chunks, chunk c on stage c % P (V = 1: chunk s is stage s; V > 1 is
+ * the interleaved schedule's, as the runtime runs it). Chunk c takes fwd[c]
+ * for a micro-batch's forward and bwd[c] for its backward (recomputation
+ * folded in by the caller), and a transfer between chunks c-1 and c takes
+ * p2p[c] seconds (p2p holds C entries, p2p[0] unused; either way; NULL:
+ * transfers are free). Each operation starts when its stage is free and its
+ * input has arrived. *busy, when not NULL, receives the largest stage busy
+ * time (M times the sum of its chunks' fwd + bwd); the bubble fraction is
+ * 1 - busy / makespan: (P-1)/(VM+P-1) for equal chunks and free transfers
+ * ((P-1)/(M+P-1) with V = 1). Returns a negative value for P, V or M below 1,
+ * P*V*M above 1 << 20, or an order that deadlocks (an operation waiting on
+ * one its own stage runs later: 1F1B's order with V > 1). */
+double dt_plan_pipeline(dt_plan_sched sched, int P, int V, int M, const double *fwd, const double *bwd,
+                        const double *p2p, double *busy);
 
 /* ---- clusters and layouts -------------------------------------------------------
  * A cluster description (JSON, docs/PLANNING.md): hosts x ranks per host, what a
@@ -175,6 +182,9 @@ dt_status dt_plan_profile(const dt_model_cfg *mc, int B, bool adam, void (*sync)
 typedef struct dt_plan_layout {
     int dp, tp, pp, zero, micro;   /* micro: micro-batches per step (pipeline) */
     dt_plan_sched sched;
+    int virt;                      /* V: chunks per stage under the interleaved schedule
+                                    * (2..DT_PIPE_MAX_VIRTUAL, --virtual-stages); 0 or 1
+                                    * otherwise */
     bool recompute;
     dt_comp_cfg comp;              /* gradient compression (plain dp, tp = pp = 1) */
     int servers;                   /* > 0: the parameter server (BSP) on the last `servers`
@@ -196,7 +206,8 @@ typedef struct dt_plan_pred {
     double optim_s;
     dt_plan_mem mem;           /* the rank of the stage that needs the most */
     bool fits;                 /* mem.total <= the cluster's memory */
-    char partition[256];       /* blocks per stage as --pp-partition takes them ("2,3") */
+    char partition[256];       /* blocks per chunk as --pp-partition takes them ("2,3"): per stage, or
+                                * per each of the pp x V chunks under the interleaved schedule */
 } dt_plan_pred;
 
 typedef struct dt_plan_in {
@@ -208,11 +219,14 @@ typedef struct dt_plan_in {
 
 /* Predicts one layout on the whole cluster: DT_ERR_INVALID (one line) when it
  * cannot run there (degrees that do not divide the world, tp the model does not
- * mark, more stages than blocks, a batch smaller than dp x micro-batches). */
+ * mark, more stages or chunks than blocks, a batch smaller than dp x
+ * micro-batches, an interleaved schedule the runtime refuses: pp 1, V outside
+ * 2..DT_PIPE_MAX_VIRTUAL, micro-batches not a multiple of pp, ZeRO-3). */
 dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan_pred *out);
 /* Every valid layout of the cluster's world (enumerate.c: dp x tp x pp with tp
- * inside a host; ZeRO 0-2; for pipelines 1-64 micro-batches, GPipe and 1F1B,
- * recompute or not; for plain data parallelism four codecs, the parameter
+ * inside a host; ZeRO 0-3; for pipelines 1-64 micro-batches, GPipe, 1F1B and
+ * interleaved 1F1B at 2 and 4 chunks a stage (micro-batches a multiple of pp,
+ * no ZeRO-3, pp x V blocks at least), recompute or not; for plain data parallelism four codecs, the parameter
  * server with 1 or 2 servers, and on unequal hosts the batch split by speed),
  * fitting ones first, then by predicted step time. *out is malloc'd (dt_free),
  * *n its length; DT_ERR_INVALID when none is valid. */

@@ -1,7 +1,8 @@
 /* Every layout of a cluster's world predicted and ranked (plan.h): dp x tp x
  * pp with tp inside a host; ZeRO 0-3; for pipelines 1-64 micro-batches (powers
- * of 2 the batch allows), GPipe
- * and 1F1B, recomputation or not; for plain data parallelism the codecs
+ * of 2 the batch allows), GPipe, 1F1B and interleaved 1F1B at V = 2 and 4
+ * (where the runtime takes it: micro-batches a multiple of pp, no ZeRO-3,
+ * pp x V blocks at least), recomputation or not; for plain data parallelism the codecs
  * (fp16, int8, topk:0.01, sign) and the parameter server with 1 or 2 servers
  * (BSP); on hosts of unequal speed, plain data parallelism split by speed.
  * Fitting layouts first, then by predicted step. Cost: one dt_plan_predict per
@@ -57,33 +58,49 @@ static dt_status plain_dp(list *x, const dt_plan_in *in, int W) {
     return st;
 }
 
+/* A pipeline's schedules: 1F1B, GPipe, interleaved at 2 and 4 chunks a stage
+ * (dt_plan_predict refuses those the runtime would). */
+static const struct {
+    dt_plan_sched sched;
+    int virt;
+} schedules[] = {{DT_PLAN_1F1B, 1}, {DT_PLAN_GPIPE, 1}, {DT_PLAN_INTERLEAVED, 2}, {DT_PLAN_INTERLEAVED, 4}};
+
 static dt_status degrees(list *x, const dt_plan_in *in, int W, int tp, int pp) {
-    int dp = W / (tp * pp);
+    int dp = W / (tp * pp), n_sched = pp > 1 ? (int)(sizeof schedules / sizeof *schedules) : 1;
     dt_status st = DT_OK;
     for (int zero = 0; zero <= (dp > 1 ? 3 : 0) && !st; zero++)
         for (int M = 1; M <= (pp > 1 ? 64 : 1) && M * dp <= in->batch && !st; M *= 2)
-            for (int sch = 0; sch <= (pp > 1) && !st; sch++)
+            for (int sch = 0; sch < n_sched && !st; sch++) {
+                bool il = schedules[sch].sched == DT_PLAN_INTERLEAVED;
+                if (il && (M % pp || zero == 3)) continue; /* refused: spare the prediction */
                 for (int rc = 0; rc <= (pp > 1) && !st; rc++) {
                     dt_plan_layout l = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .micro = M,
-                                        .sched = sch ? DT_PLAN_GPIPE : DT_PLAN_1F1B, .recompute = rc};
+                                        .sched = schedules[sch].sched, .virt = schedules[sch].virt, .recompute = rc};
                     st = add(x, in, &l);
                 }
+            }
     return st;
 }
+
+/* Ties are broken toward 1F1B (its activations are freed soonest), then the
+ * interleaved schedule (fewer activations alive than GPipe), then GPipe. */
+static int sched_rank(dt_plan_sched s) { return s == DT_PLAN_1F1B ? 0 : s == DT_PLAN_INTERLEAVED ? 1 : 2; }
 
 static int by_prediction(const void *a, const void *b) {
     const dt_plan_pred *x = a, *y = b;
     if (x->fits != y->fits) return x->fits ? -1 : 1;
     if (x->step_s != y->step_s) return x->step_s < y->step_s ? -1 : 1;
     if (x->mem.total != y->mem.total) return x->mem.total < y->mem.total ? -1 : 1; /* a tie: the smaller */
-    /* still tied (qsort is not stable): 1F1B (its activations are freed sooner),
-     * then fewer micro-batches (fewer messages, whose latency the links' fit
+    /* still tied (qsort is not stable): by schedule (sched_rank), then fewer
+     * micro-batches and chunks (fewer messages, whose latency the links' fit
      * knows least), then the lower degrees and options, so the order never
      * depends on the enumeration's */
     const dt_plan_layout *la = &x->l, *lc = &y->l;
-    if (la->sched != lc->sched) return la->sched == DT_PLAN_1F1B ? -1 : 1;
-    const int ka[] = {la->micro, la->pp, la->tp, la->zero, la->recompute, la->servers, la->balance, (int)la->comp.kind};
-    const int kc[] = {lc->micro, lc->pp, lc->tp, lc->zero, lc->recompute, lc->servers, lc->balance, (int)lc->comp.kind};
+    if (la->sched != lc->sched) return sched_rank(la->sched) < sched_rank(lc->sched) ? -1 : 1;
+    const int ka[] = {la->micro, la->virt, la->pp, la->tp, la->zero, la->recompute, la->servers, la->balance,
+                      (int)la->comp.kind};
+    const int kc[] = {lc->micro, lc->virt, lc->pp, lc->tp, lc->zero, lc->recompute, lc->servers, lc->balance,
+                      (int)lc->comp.kind};
     for (size_t k = 0; k < sizeof ka / sizeof ka[0]; k++)
         if (ka[k] != kc[k]) return ka[k] < kc[k] ? -1 : 1;
     return 0;

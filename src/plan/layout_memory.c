@@ -23,11 +23,14 @@
  *   optim    K S
  *   acts     dt_acts_create's sizes at b: without a pipeline the training set
  *            and the evaluation set (max(b, 16) sequences, or 256 samples);
- *            GPipe keeps M sets, 1F1B P - s (at most M); with recomputation
- *            each slot keeps only its boundaries and gradient buffers, and one
- *            whole set is shared
- *   buffers  the pipeline's input-gradient buffer per slot (s > 0) and
- *            output-gradient buffer (s < P - 1); compression's residual (4A
+ *            with one, each of the stage's chunks keeps the sets its ring
+ *            holds (dt_pipe_sched_depths: GPipe M, 1F1B P - s at most M, the
+ *            interleaved schedule's per chunk); with recomputation each slot
+ *            keeps only its boundaries and gradient buffers, and one whole
+ *            set a chunk is shared
+ *   buffers  the pipeline's input-gradient buffer per slot (chunks but the
+ *            model's first) and one output-gradient buffer (the largest output
+ *            of the stage's chunks but the model's last); compression's residual (4A
  *            with error feedback), two bucket-sized float buffers and the
  *            encodings of every rank
  *   copy     with tp or pp, the unsharded model's parameter and gradient
@@ -73,32 +76,28 @@ double plan_acts_floats(const dt_model *m, int first, int last, int B, bool shar
     return total + (shared ? 0 : r16(scratch)) + 2 * r16(maxdim * B);
 }
 
-/* The stage's gradient buckets as dt_dp builds them (from its last block
- * backwards, each at least bucket_bytes, empty ones merged): the shard of
- * data-parallel rank 0 of dp and the two largest buckets, in floats. */
+/* The stage's gradient buckets as dt_dp builds them (plan_buckets): the shard
+ * of data-parallel rank 0 of dp and the two largest buckets, in floats. */
 static void buckets(const stage_cost *sc, int dp, bool sharded, double *shard, double *big2, double *big1) {
     const dt_model *m = sc->model;
-    dt_dp_cfg dc;
-    dt_dp_cfg_default(&dc);
-    size_t min_floats = dc.bucket_bytes / sizeof(float), cur = 0, lo = 0, hi = 0;
+    int lows[4096], tops[4096], nb = plan_buckets(sc, lows, tops, 4096);
     double b1 = 0, b2 = 0, sum = 0;
-    bool open = false;
-    for (int i = sc->last; i >= sc->first - 1; i--) {
-        bool close = open && (i < sc->first || cur >= min_floats);
-        if (close && hi > lo) {
-            size_t n = hi - lo;
-            sum += sharded ? (double)dt_chunk_len(n, dp, 0) : (double)n;
-            if ((double)n > b1) b2 = b1, b1 = (double)n;
-            else if ((double)n > b2) b2 = (double)n;
-        }
-        if (i < sc->first) break;
-        if (!open || close) hi = m->blocks[i].param_hi, cur = 0, open = true;
-        lo = m->blocks[i].param_lo;
-        cur += m->blocks[i].param_hi - m->blocks[i].param_lo;
+    for (int k = 0; k < nb; k++) {
+        size_t n = m->blocks[tops[k]].param_hi - m->blocks[lows[k]].param_lo;
+        sum += sharded ? (double)dt_chunk_len(n, dp, 0) : (double)n;
+        if ((double)n > b1) b2 = b1, b1 = (double)n;
+        else if ((double)n > b2) b2 = (double)n;
     }
     *shard = sum;
     *big1 = b1;
     *big2 = b1 + b2;
+}
+
+/* Whether block b is one of the stage's. */
+static bool holds(const stage_cost *sc, int b) {
+    for (int r = 0; r < sc->nr; r++)
+        if (b >= sc->first[r] && b <= sc->last[r]) return true;
+    return false;
 }
 
 /* Floats of the tensors blocks of the stage use but do not own (ties across
@@ -107,16 +106,17 @@ static void buckets(const stage_cost *sc, int dp, bool sharded, double *shard, d
 static void tied(const stage_cost *sc, double *foreign, double *all) {
     const dt_model *m = sc->model;
     *foreign = *all = 0;
-    for (int i = sc->first; i <= sc->last; i++) {
-        const dt_block *b = &m->blocks[i];
-        for (int t = 0; t < b->n_tensors; t++)
-            for (int k = 0; k < m->n_params; k++) {
-                const dt_param *p = &m->params[k];
-                if (p->offset != b->off[t] || p->block == i) continue;
-                *all += (double)p->numel;
-                if (p->block < sc->first || p->block > sc->last) *foreign += (double)p->numel;
-            }
-    }
+    for (int r = 0; r < sc->nr; r++)
+        for (int i = sc->first[r]; i <= sc->last[r]; i++) {
+            const dt_block *b = &m->blocks[i];
+            for (int t = 0; t < b->n_tensors; t++)
+                for (int k = 0; k < m->n_params; k++) {
+                    const dt_param *p = &m->params[k];
+                    if (p->offset != b->off[t] || p->block == i) continue;
+                    *all += (double)p->numel;
+                    if (!holds(sc, p->block)) *foreign += (double)p->numel;
+                }
+        }
 }
 
 /* Floats of the unsharded model's arena (what the logical model allocates). */
@@ -136,21 +136,30 @@ static double staging(const dt_plan_in *in, const dt_plan_layout *l, const stage
     return (l->dp > 1 ? big2 : big1) + all;
 }
 
-/* Activations and pipeline buffers of stage s at micro-batch b, in floats. */
+/* Activations and pipeline buffers of stage s at micro-batch b, in floats:
+ * each of its chunks keeps the activation sets the schedule keeps alive in it
+ * (dt_pipe_sched_depths, the runtime's ring depth) and an input-gradient
+ * buffer per set (but the first chunk of the model); one output-gradient
+ * buffer, the largest chunk output but the model's last, serves them all. */
 static void stage_acts(const dt_plan_layout *l, const stage_cost *sc, int s, int b, double *acts, double *bufs) {
     const dt_model *m = sc->model;
-    int P = l->pp, M = l->micro;
-    *bufs = 0;
+    int P = l->pp, M = l->micro, V = sc->nr, C = P * V, depth[DT_PIPE_MAX_VIRTUAL];
+    *acts = *bufs = 0;
     if (P == 1) {
         int eB = m->input == DT_INPUT_TOKENS ? (b > 16 ? b : 16) : 256;
         *acts = plan_acts_floats(m, 0, m->n_blocks - 1, b, false) + plan_acts_floats(m, 0, m->n_blocks - 1, eB, false);
         return;
     }
-    int pool = l->sched == DT_PLAN_GPIPE ? M : (P - s < M ? P - s : M);
-    double whole = plan_acts_floats(m, sc->first, sc->last, b, false);
-    *acts = l->recompute ? whole + pool * plan_acts_floats(m, sc->first, sc->last, b, true) : pool * whole;
-    if (s > 0) *bufs += pool * r16((double)m->blocks[sc->first].in_dim * b);
-    if (s < P - 1) *bufs += r16((double)m->blocks[sc->last].out_dim * b);
+    dt_pipe_sched_depths(plan_pipe_kind(l->sched), P, V, s, M, depth);
+    double dout = 0;
+    for (int j = 0; j < V; j++) {
+        int first = sc->first[j], last = sc->last[j], c = s + j * P;
+        double whole = plan_acts_floats(m, first, last, b, false);
+        *acts += l->recompute ? whole + depth[j] * plan_acts_floats(m, first, last, b, true) : depth[j] * whole;
+        if (c > 0) *bufs += depth[j] * r16((double)m->blocks[first].in_dim * b);
+        if (c < C - 1 && (double)m->blocks[last].out_dim > dout) dout = (double)m->blocks[last].out_dim;
+    }
+    if (dout > 0) *bufs += r16(dout * b);
 }
 
 /* Compression's buffers in bytes (gradcomp.c): the residual, two float
@@ -172,7 +181,7 @@ void plan_stage_memory(const dt_plan_in *in, const dt_plan_layout *l, const stag
     stage_acts(l, sc, s, b, &acts, &bufs);
     dt_dp_cfg dc;
     dt_dp_cfg_default(&dc);
-    out->params = l->zero == 3 ? 4 * shard + (double)dt_dp_gather_bound_of(m, sc->first, sc->last,
+    out->params = l->zero == 3 ? 4 * shard + (double)dt_dp_gather_bound_of(m, sc->first[0], sc->last[0],
                                                                             dc.bucket_bytes / sizeof(float), false)
                                : 4 * arena;
     out->grads = 4 * (l->zero >= 2 ? shard : arena);

@@ -2,15 +2,19 @@
  * (not allocated) at the layout's tp, so each block's FLOPs, tensor-parallel
  * bytes, parameters and activations are this rank's. Per step, with Bl =
  * batch/dp samples in M micro-batches of mb:
- *   compute   stage s, a micro-batch: t0 x (its share of the FLOPs) + its
+ *   compute   chunk c, a micro-batch: t0 x (its share of the FLOPs) + its
  *             FLOPs x mb / (rank FLOP/s x host speed), t0 and FLOP/s profiled
  *             (dt_plan_profile, all the host's ranks computing at once); a
  *             third forward, two thirds backward (+ a forward to recompute);
- *   partition blocks cut into stages by minimum bottleneck of FLOPs over the
- *             stage's host speed (what --pp-partition is then given);
+ *             a stage's, the sum over its chunks;
+ *   partition blocks cut into C = pp x V chunks (V = 1 but for the
+ *             interleaved schedule) by minimum bottleneck of FLOPs over the
+ *             speed of the chunk's stage, chunk c on stage c % pp, as the
+ *             runtime deals them (what --pp-partition is then given);
  *   tp        each block's all-reduce bytes through the local link (ring cost);
- *   schedule  dt_plan_pipeline over the stages, boundary transfers between
- *             (across hosts, the stage's ranks on a host share its link);
+ *   schedule  dt_plan_pipeline over the chunks in the runtime's order,
+ *             boundary transfers between chunks (C - 1 a micro-batch each
+ *             way; across hosts, the stage's ranks on a host share its link);
  *             with more ranks than cores GPipe is no faster than 1F1B;
  *   dp, ZeRO, compression, parameter server: plan_comm.c;
  *   optimizer the rank's share of parameters x the cluster's time per parameter.
@@ -18,7 +22,7 @@
  * data parallelism with `balance`, whose batch is split by speed (the mean).
  * Ranks are numbered as src/train/setup.c does: tp innermost, then replicas,
  * then stages; parameter servers last. Cost: one model compile per layout and
- * O(pp (M pp)^2) for the schedule. */
+ * O(pp x C x M) for the schedule. */
 #include "plan_internal.h"
 
 #include "dtrain/pipeline.h"
@@ -46,22 +50,47 @@ static double stage_speed(const dt_plan_cluster *c, const dt_plan_layout *l, int
     return l->balance ? sum / n : lo;
 }
 
-static void stage_costs(const dt_model *m, const dt_partition *part, int pp, stage_cost *sc) {
-    for (int s = 0; s < pp; s++) {
+/* Adds blocks first..last to sc as its next range. */
+static void add_range(const dt_model *m, int first, int last, stage_cost *sc) {
+    if (sc->nr == 0) sc->bound = (double)m->blocks[first].in_dim; /* what crosses from the stage before */
+    sc->first[sc->nr] = first;
+    sc->last[sc->nr++] = last;
+    for (int b = first; b <= last; b++) {
+        const dt_block *k = &m->blocks[b];
+        sc->flops += (double)k->flops;
+        sc->tp_bytes += (double)k->tp_bytes;
+        sc->params += (double)(k->param_hi - k->param_lo);
+        sc->acts += (double)k->ops->saved_floats(k, 1) + (double)k->in_dim;
+        sc->blocks++;
+    }
+}
+
+/* Stage s's costs, the sums over its chunks s, s + P, ... (P = part->stages). */
+static void stage_costs(const dt_model *m, const dt_partition *part, stage_cost *sc) {
+    int P = part->stages, V = dt_partition_virt(part);
+    for (int s = 0; s < P; s++) {
         memset(&sc[s], 0, sizeof sc[s]);
         sc[s].model = m; /* for layout_memory.c, while dt_plan_predict runs */
-        sc[s].first = part->first[s];
-        sc[s].last = part->first[s + 1] - 1;
-        sc[s].bound = (double)m->blocks[part->first[s]].in_dim; /* what crosses from stage s-1 */
-        for (int b = part->first[s]; b < part->first[s + 1]; b++) {
-            const dt_block *k = &m->blocks[b];
-            sc[s].flops += (double)k->flops;
-            sc[s].tp_bytes += (double)k->tp_bytes;
-            sc[s].params += (double)(k->param_hi - k->param_lo);
-            sc[s].acts += (double)k->ops->saved_floats(k, 1) + (double)k->in_dim;
-            sc[s].blocks++;
-        }
+        for (int j = 0; j < V; j++) add_range(m, part->first[s + j * P], part->first[s + j * P + 1] - 1, &sc[s]);
     }
+}
+
+/* What src/train/config.c refuses of the interleaved schedule. */
+static dt_status check_interleaved(const dt_plan_layout *l) {
+    if (l->sched != DT_PLAN_INTERLEAVED) {
+        if (l->virt > 1)
+            return dt_errorf(DT_ERR_INVALID, "plan: --virtual-stages %d is for the interleaved schedule", l->virt);
+        return DT_OK;
+    }
+    if (l->pp < 2) return dt_errorf(DT_ERR_INVALID, "plan: the interleaved schedule is for a pipeline (pp >= 2)");
+    if (l->virt < 2 || l->virt > DT_PIPE_MAX_VIRTUAL)
+        return dt_errorf(DT_ERR_INVALID, "plan: the interleaved schedule takes 2 to %d chunks a stage, not %d",
+                         DT_PIPE_MAX_VIRTUAL, l->virt);
+    if (l->micro % l->pp)
+        return dt_errorf(DT_ERR_INVALID, "plan: the interleaved schedule runs micro-batches in groups of pp %d: %d is "
+                                         "not a multiple", l->pp, l->micro);
+    if (l->zero == 3) return dt_errorf(DT_ERR_INVALID, "plan: ZeRO-3 with the interleaved schedule is not built");
+    return DT_OK;
 }
 
 static dt_status check(const dt_plan_in *in, const dt_plan_layout *l, int world) {
@@ -81,77 +110,97 @@ static dt_status check(const dt_plan_in *in, const dt_plan_layout *l, int world)
         return dt_errorf(DT_ERR_INVALID, "plan: powersgd's cost is not modelled (its bytes depend on the shapes)");
     if (l->servers && (l->zero || l->comp.kind != DT_COMP_NONE || l->balance))
         return dt_errorf(DT_ERR_INVALID, "plan: the parameter server is planned plain (no --zero, --compress, --balance)");
-    return DT_OK;
+    return check_interleaved(l);
 }
 
-/* One micro-batch of stage s through its rank: the fixed part (the cluster's
- * micro_overhead_s, by the stage's share of the FLOPs) and the per-sample part
- * at the rank's rate (profiled with all the host's ranks computing). */
-static double stage_time(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *sc, int s, double total,
+/* One micro-batch of `flops` (a chunk's, per sample) through the rank of
+ * stage s: the fixed part (the cluster's micro_overhead_s, by the chunk's
+ * share of the FLOPs) and the per-sample part at the rank's rate (profiled
+ * with all the host's ranks computing). */
+static double chunk_time(const dt_plan_cluster *c, const dt_plan_layout *l, double flops, int s, double total,
                          double mb) {
-    double fixed = total > 0 ? c->micro_overhead_s * sc[s].flops / total : 0;
-    return (fixed + sc[s].flops * mb / c->flops) / stage_speed(c, l, s);
+    double fixed = total > 0 ? c->micro_overhead_s * flops / total : 0;
+    return (fixed + flops * mb / c->flops) / stage_speed(c, l, s);
+}
+
+/* A transfer of `bytes` from each rank of stage a to its peer of stage b:
+ * stage s holds ranks s.span .. (s+1).span - 1 and rank a.span + r sends to
+ * b.span + r; the pairs on different hosts cross, those leaving one host at
+ * once sharing its link. */
+static double transfer(const dt_plan_cluster *c, const dt_plan_layout *l, int a, int b, double bytes) {
+    int span_r = l->tp * l->dp, per = c->per_host, crossing = 0;
+    for (int r = 0; r < span_r; r++) crossing += (a * span_r + r) / per != (b * span_r + r) / per;
+    int from_hosts = (a * span_r + span_r - 1) / per - (a * span_r) / per + 1;
+    int share = crossing ? (crossing + from_hosts - 1) / from_hosts : 1;
+    dt_link_cost lk = plan_link(c, crossing > 0, bytes);
+    return lk.alpha + bytes * lk.beta * share;
+}
+
+/* Per chunk c of the partition (C = P V, chunk c on stage c % P): a
+ * micro-batch's forward and backward, its tensor-parallel all-reduces, and
+ * the transfer of its input from chunk c - 1. */
+static void chunk_times(const dt_plan_in *in, const dt_plan_layout *l, const dt_model *m, const dt_partition *part,
+                        double mb, double *fwd, double *bwd, double *tps, double *p2p) {
+    const dt_plan_cluster *c = in->cluster;
+    int P = l->pp, C = dt_partition_chunks(part);
+    double total = 0;
+    for (int b = 0; b < m->n_blocks; b++) total += (double)m->blocks[b].flops;
+    for (int k = 0; k < C; k++) {
+        double flops = 0, tp_bytes = 0;
+        for (int b = part->first[k]; b < part->first[k + 1]; b++) {
+            flops += (double)m->blocks[b].flops;
+            tp_bytes += (double)m->blocks[b].tp_bytes;
+        }
+        double f = chunk_time(c, l, flops, k % P, total, mb);
+        tps[k] = l->tp > 1 ? plan_ar(c, 1, l->tp, 1, tp_bytes * mb) : 0;
+        fwd[k] = f / 3 + tps[k] / 2;
+        bwd[k] = 2 * f / 3 + tps[k] / 2 + (l->recompute ? f / 3 + tps[k] / 2 : 0);
+        double bytes = (double)m->blocks[part->first[k]].in_dim * 4 * mb;
+        p2p[k] = k > 0 ? transfer(c, l, (k - 1) % P, k % P, bytes) : 0;
+    }
 }
 
 /* The schedule and the busiest stage's parts. */
-static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const stage_cost *sc, dt_plan_pred *p) {
+static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const dt_partition *part, const stage_cost *sc,
+                     dt_plan_pred *p) {
     const dt_plan_cluster *c = in->cluster;
-    int P = l->pp, M = l->micro;
-    double Bl = ceil((double)in->batch / l->dp), mb = ceil(Bl / M), total = 0;
-    double fwd[256], bwd[256], tps[256];
-    for (int s = 0; s < P; s++) total += sc[s].flops;
-    for (int s = 0; s < P; s++) {
-        double f = stage_time(c, l, sc, s, total, mb);
-        tps[s] = l->tp > 1 ? plan_ar(c, 1, l->tp, 1, sc[s].tp_bytes * mb) : 0;
-        fwd[s] = f / 3 + tps[s] / 2;
-        bwd[s] = 2 * f / 3 + tps[s] / 2 + (l->recompute ? f / 3 + tps[s] / 2 : 0);
-    }
-    /* stage s holds ranks s.span .. (s+1).span - 1 and rank (s-1).span + r sends
-     * to s.span + r: the pairs on different hosts cross, those leaving one host
-     * at once sharing its link */
-    int span_r = l->tp * l->dp, per = c->per_host;
-    double p2p[256] = {0};
-    for (int s = 1; s < P; s++) {
-        int crossing = 0;
-        for (int r = 0; r < span_r; r++) crossing += ((s - 1) * span_r + r) / per != (s * span_r + r) / per;
-        int from_hosts = ((s - 1) * span_r + span_r - 1) / per - ((s - 1) * span_r) / per + 1;
-        int share = crossing ? (crossing + from_hosts - 1) / from_hosts : 1;
-        double bytes = sc[s].bound * 4 * mb;
-        dt_link_cost lk = plan_link(c, crossing > 0, bytes);
-        p2p[s] = lk.alpha + bytes * lk.beta * share;
-    }
+    int P = l->pp, M = l->micro, V = dt_partition_virt(part);
+    double Bl = ceil((double)in->batch / l->dp), mb = ceil(Bl / M);
+    double fwd[256], bwd[256], tps[256], p2p[256], sf[256] = {0}, sb[256] = {0}, st[256] = {0};
+    chunk_times(in, l, sc[0].model, part, mb, fwd, bwd, tps, p2p);
+    for (int k = 0; k < P * V; k++) sf[k % P] += fwd[k], sb[k % P] += bwd[k], st[k % P] += tps[k];
     double busy;
-    double span = dt_plan_pipeline(l->sched, P, M, fwd, bwd, p2p, &busy);
+    double span = dt_plan_pipeline(l->sched, P, V, M, fwd, bwd, p2p, &busy);
     /* Ranks taking turns on the cores: GPipe's one edge over 1F1B here, its
      * boundary transfers overlapping the next forwards, did not show; it
      * measured 1.0-1.6x 1F1B's step at the same micro-batches (docs/
      * BENCHMARKS.md). Taken as no faster than 1F1B. */
     if (l->sched == DT_PLAN_GPIPE && plan_time_sliced(c)) {
-        double s1 = dt_plan_pipeline(DT_PLAN_1F1B, P, M, fwd, bwd, p2p, NULL);
+        double s1 = dt_plan_pipeline(DT_PLAN_1F1B, P, 1, M, fwd, bwd, p2p, NULL);
         if (s1 > span) span = s1;
     }
     int worst = 0;
     for (int s = 1; s < P; s++)
-        if (fwd[s] + bwd[s] > fwd[worst] + bwd[worst]) worst = s;
-    p->tp_s = M * tps[worst] * (l->recompute ? 1.5 : 1);
+        if (sf[s] + sb[s] > sf[worst] + sb[worst]) worst = s;
+    p->tp_s = M * st[worst] * (l->recompute ? 1.5 : 1);
     p->compute_s = busy - p->tp_s;
     p->bubble_s = span - busy;
-    double dp = plan_dp_exposed(c, l, &sc[worst], bwd[worst]);
+    double dp = plan_dp_exposed(c, l, &sc[worst], sb[worst]);
     double codec = l->comp.kind != DT_COMP_NONE ? dp : 0;
     p->dp_s = dp - codec;
     p->codec_s = codec;
-    p->ps_s = plan_ps_exposed(c, l, &sc[worst], bwd[worst]);
-    p->zero_s = plan_zero_gather(c, l, &sc[worst], fwd[worst], bwd[worst]);
+    p->ps_s = plan_ps_exposed(c, l, &sc[worst], sb[worst]);
+    p->zero_s = plan_zero_gather(c, l, &sc[worst], sf[worst], sb[worst]);
     p->optim_s = l->servers ? 0 : sc[worst].params / (l->zero ? l->dp : 1) * c->optim_s_per_param;
     p->step_s = span + p->dp_s + p->codec_s + p->ps_s + p->zero_s + p->optim_s;
 }
 
-/* "2,3,1": blocks per stage, for --pp-partition. */
-static void partition_text(const dt_partition *part, int pp, char *buf, size_t n) {
+/* "2,3,1": blocks per chunk (per stage when V = 1), for --pp-partition. */
+static void partition_text(const dt_partition *part, char *buf, size_t n) {
     size_t w = 0;
     buf[0] = 0;
-    for (int s = 0; s < pp && w < n; s++)
-        w += (size_t)snprintf(buf + w, n - w, "%s%d", s ? "," : "", part->first[s + 1] - part->first[s]);
+    for (int k = 0; k < dt_partition_chunks(part) && w < n; k++)
+        w += (size_t)snprintf(buf + w, n - w, "%s%d", k ? "," : "", part->first[k + 1] - part->first[k]);
 }
 
 /* Whether cost[0..n) fits P contiguous stages, stage s taking at most T x v[s]
@@ -201,18 +250,24 @@ dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan
     mc.tp_rank = 0;
     dt_model *m = NULL;
     if ((st = dt_model_probe(&mc, &m))) return st;
-    if (l->pp > m->n_blocks || l->pp > 256 || m->n_blocks > 4096) {
-        st = dt_errorf(DT_ERR_INVALID, "plan: --pp %d: the model has %d blocks", l->pp, m->n_blocks);
+    int V = plan_virt(l), C = l->pp * V;
+    if (C > m->n_blocks || C > 256 || m->n_blocks > 4096) {
+        st = V > 1 ? dt_errorf(DT_ERR_INVALID, "plan: --pp %d x %d virtual stages: %d chunks, the model has %d blocks",
+                               l->pp, V, C, m->n_blocks)
+                   : dt_errorf(DT_ERR_INVALID, "plan: --pp %d: the model has %d blocks", l->pp, m->n_blocks);
     } else {
+        /* cut as the runtime cuts: C chunks by cost (chunk c on stage c % pp,
+         * at that stage's speed), then dealt to the stages */
         double cost[4096], v[256];
         for (int b = 0; b < m->n_blocks; b++) cost[b] = (double)m->blocks[b].flops + 1.0;
-        for (int s = 0; s < l->pp; s++) v[s] = stage_speed(c, l, s);
+        for (int k = 0; k < C; k++) v[k] = stage_speed(c, l, k % l->pp);
         dt_partition part;
-        partition_speeds(cost, m->n_blocks, l->pp, v, &part);
+        partition_speeds(cost, m->n_blocks, C, v, &part);
+        dt_partition_interleave(&part, l->pp);
         stage_cost sc[256];
-        stage_costs(m, &part, l->pp, sc);
-        partition_text(&part, l->pp, out->partition, sizeof out->partition);
-        timeline(in, l, sc, out);
+        stage_costs(m, &part, sc);
+        partition_text(&part, out->partition, sizeof out->partition);
+        timeline(in, l, &part, sc, out);
         st = plan_layout_memory(in, l, sc, out);
     }
     dt_model_destroy(m);

@@ -86,6 +86,20 @@ static double bucket(const dt_plan_cluster *c, const dt_plan_layout *l, int host
     return (N - 1) * (lk.alpha + msg * lk.beta * (hosts > 1 ? share : 1)) + enc + dec;
 }
 
+int plan_buckets(const stage_cost *w, int *low, int *top, int cap) {
+    dt_dp_cfg dc;
+    dt_dp_cfg_default(&dc);
+    size_t min_floats = dc.bucket_bytes / sizeof(float);
+    int n = 0;
+    for (int r = w->nr - 1; r >= 0; r--)
+        for (int t = w->last[r], lo; t >= w->first[r] && n < cap; t = lo - 1) {
+            lo = dt_dp_bucket_low(w->model, w->first[r], t, min_floats);
+            low[n] = lo;
+            top[n++] = t;
+        }
+    return n;
+}
+
 /* The buckets are dtrain's (parallel.h): whole blocks from the last backwards,
  * each at least the default bucket_bytes of gradients unless it is the first
  * block's; one is ready when backward has run through its first block (the
@@ -99,13 +113,12 @@ double plan_dp_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const 
     if (l->dp < 2 || l->servers) return 0;
     int hosts, per, share;
     plan_dp_span(c, l, &hosts, &per, &share);
-    dt_dp_cfg dc;
-    dt_dp_cfg_default(&dc);
     const dt_model *m = w->model;
     bool spare = !plan_oversubscribed(c);
     double done = 0, comm_end = 0, all = 0;
-    for (int top = w->last, low; top >= w->first; top = low - 1) {
-        low = dt_dp_bucket_low(m, w->first, top, dc.bucket_bytes / sizeof(float));
+    int lows[4096], tops[4096], nb = plan_buckets(w, lows, tops, 4096);
+    for (int k = 0; k < nb; k++) {
+        int low = lows[k], top = tops[k];
         double floats = (double)(m->blocks[top].param_hi - m->blocks[low].param_lo);
         for (int b = low; b <= top; b++) done += (double)m->blocks[b].flops;
         if (floats <= 0) continue;
@@ -121,15 +134,11 @@ double plan_dp_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const 
  * FLOPs of each, at most cap; their count. */
 static int z3_buckets(const stage_cost *w, double *floats, double *flops, int cap) {
     const dt_model *m = w->model;
-    dt_dp_cfg dc;
-    dt_dp_cfg_default(&dc);
-    int n = 0;
-    for (int top = w->last, low; top >= w->first && n < cap; top = low - 1) {
-        low = dt_dp_bucket_low(m, w->first, top, dc.bucket_bytes / sizeof(float));
-        floats[n] = (double)(m->blocks[top].param_hi - m->blocks[low].param_lo);
-        flops[n] = 0;
-        for (int b = low; b <= top; b++) flops[n] += (double)m->blocks[b].flops;
-        n++;
+    int lows[4096], tops[4096], n = plan_buckets(w, lows, tops, cap < 4096 ? cap : 4096);
+    for (int k = 0; k < n; k++) {
+        floats[k] = (double)(m->blocks[tops[k]].param_hi - m->blocks[lows[k]].param_lo);
+        flops[k] = 0;
+        for (int b = lows[k]; b <= tops[k]; b++) flops[k] += (double)m->blocks[b].flops;
     }
     for (int i = 0; i < n / 2; i++) { /* built from the last block: reverse */
         double f = floats[i], g = flops[i];

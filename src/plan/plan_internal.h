@@ -3,6 +3,7 @@
 #ifndef DTRAIN_PLAN_INTERNAL_H
 #define DTRAIN_PLAN_INTERNAL_H
 
+#include "dtrain/pipeline.h"
 #include "dtrain/plan.h"
 
 typedef struct stage_cost {
@@ -10,8 +11,26 @@ typedef struct stage_cost {
     int blocks;
     const dt_model *model;   /* the compiled model (this layout's tp), valid while
                               * dt_plan_predict runs: layout_memory.c reads it */
-    int first, last;         /* the stage's blocks */
+    int nr;                  /* its block ranges: its chunks, ascending (1, or V
+                              * under the interleaved schedule) */
+    int first[DT_PIPE_MAX_VIRTUAL], last[DT_PIPE_MAX_VIRTUAL]; /* range r's blocks */
 } stage_cost;
+
+/* The runtime's schedule of a planned one. */
+static inline dt_pipe_schedule plan_pipe_kind(dt_plan_sched s) {
+    return s == DT_PLAN_GPIPE ? DT_SCHED_GPIPE : s == DT_PLAN_1F1B ? DT_SCHED_1F1B : DT_SCHED_INTERLEAVED;
+}
+/* Chunks per stage of layout l: V under the interleaved schedule with a
+ * pipeline, else 1 (as src/train/setup.c counts them). */
+static inline int plan_virt(const dt_plan_layout *l) {
+    return l->sched == DT_PLAN_INTERLEAVED && l->pp > 1 && l->virt > 1 ? l->virt : 1;
+}
+/* The stage's gradient buckets as dt_dp builds them (parallel.h): its block
+ * ranges from the last, each cut from its top block down into whole blocks
+ * of at least the default bucket_bytes of gradients (dt_dp_bucket_low), the
+ * range's first block closing the last; bucket k is blocks low[k]..top[k].
+ * Their count (at most cap). */
+int plan_buckets(const stage_cost *w, int *low, int *top, int cap);
 
 /* The memory of layout l with stage costs sc[0..l->pp) into p->mem (the stage
  * that needs the most, layout_memory.c's opening comment) and p->fits against

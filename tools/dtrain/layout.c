@@ -9,7 +9,7 @@
  * layout predicted and ranked (dt_plan_layouts), the first that fits memory
  * taken. The command line is then rewritten: --layout and --cluster out, the
  * layout's --tp, --pp, --zero (and --micro-batches, --schedule, --pp-partition,
- * --recompute for a pipeline) in. The ranks, config.json and the checkpoints'
+ * --recompute for a pipeline, --virtual-stages for the interleaved schedule) in. The ranks, config.json and the checkpoints'
  * command line see only the concrete flags, so every rank runs the same layout
  * and a rerun from config.json or a resume repeats it without planning again. */
 #include "cli.h"
@@ -30,8 +30,8 @@
 #define WHO "dtrain train"
 
 /* The flags a layout sets (dt_cli_plan_flags): --layout auto decides them. */
-static const char *const layout_flags[] = {"tp", "pp", "zero", "micro-batches", "schedule", "recompute", "pp-partition",
-                                           "compress", "strategy", "servers", "consistency", "balance"};
+static const char *const layout_flags[] = {"tp", "pp", "zero", "micro-batches", "schedule", "virtual-stages", "recompute",
+                                           "pp-partition", "compress", "strategy", "servers", "consistency", "balance"};
 
 /* argv[i] is --name or --name=VALUE. */
 static bool is_flag(const char *a, const char *name) {
@@ -173,9 +173,12 @@ static void describe(const dt_plan_pred *p, char *buf, size_t n) {
     const dt_plan_layout *l = &p->l;
     char comp[64] = "";
     int w = snprintf(buf, n, "dp %d x tp %d x pp %d", l->dp, l->tp, l->pp);
+    char il[48];
+    snprintf(il, sizeof il, "interleaved 1F1B (%d chunks a stage)", l->virt);
     if (l->pp > 1 && w > 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, " (blocks %s), %d micro-batch%s %s%s", p->partition, l->micro,
-                      l->micro == 1 ? "" : "es", l->sched == DT_PLAN_GPIPE ? "GPipe" : "1F1B",
+                      l->micro == 1 ? "" : "es",
+                      l->sched == DT_PLAN_GPIPE ? "GPipe" : l->sched == DT_PLAN_1F1B ? "1F1B" : il,
                       l->recompute ? ", recompute" : "");
     if (w > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, ", ZeRO-%d", l->zero);
     if (l->comp.kind != DT_COMP_NONE) dt_comp_name(&l->comp, comp, sizeof comp);

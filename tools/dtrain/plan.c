@@ -8,6 +8,7 @@
  * fits (the table still printed, with the smallest layout's command). */
 #include "cli.h"
 
+#include "dtrain/pipeline.h"
 #include "dtrain/plan.h"
 
 #include <jansson.h>
@@ -21,11 +22,12 @@ static const char *help =
     "       dtrain plan --calibrate OUT [--model M] [--set ...] [--batch B] [--fit FIT.json] [--hosts H]\n"
     "                   [--ranks-per-host N] [--cores C] [--emulated]\n"
     "\n"
-    "Predicts step time and memory per rank of every dp x tp x pp layout (ZeRO 0-2,\n"
-    "micro-batches, GPipe/1F1B, recomputation) of the cluster FILE describes\n"
-    "(docs/PLANNING.md), ranks them (layouts that fit memory first) and prints the\n"
-    "command line of the best. --model and --set as for train (default mlp);\n"
-    "--batch the global batch (default: the model's train default); --top N rows (20).\n"
+    "Predicts step time and memory per rank of every dp x tp x pp layout (ZeRO 0-3,\n"
+    "micro-batches, GPipe/1F1B/interleaved 1F1B (ilV: V chunks a stage), recomputation)\n"
+    "of the cluster FILE describes (docs/PLANNING.md), ranks them (layouts that fit\n"
+    "memory first) and prints the command line of the best. --model and --set as\n"
+    "for train (default mlp); --batch the global batch (default: the model's train\n"
+    "default); --top N rows (20).\n"
     "--calibrate writes the description of this machine: the FLOP/s of the model's\n"
     "training step measured here, the links from FIT.json (the last line of\n"
     "'dtrain bench allreduce -n N --fit'), memory and cores from the system.\n"
@@ -117,15 +119,30 @@ static void variant(const dt_plan_layout *l, char *buf, size_t n) {
     else snprintf(buf, n, "%s", l->balance ? "balance" : "-");
 }
 
+/* The runtime's schedule of a planned one: its --schedule name. */
+static const char *sched_name(dt_plan_sched s) {
+    return dt_pipe_schedule_name(s == DT_PLAN_GPIPE ? DT_SCHED_GPIPE : s == DT_PLAN_1F1B ? DT_SCHED_1F1B
+                                                                                          : DT_SCHED_INTERLEAVED);
+}
+
+/* The table's schedule: "gpipe", "1f1b", "il2" (interleaved, 2 chunks a stage), "-" without a pipeline. */
+static void sched_label(const dt_plan_layout *l, char *buf, size_t n) {
+    if (l->pp < 2) snprintf(buf, n, "-");
+    else if (l->sched == DT_PLAN_INTERLEAVED) snprintf(buf, n, "il%d", l->virt);
+    else snprintf(buf, n, "%s", sched_name(l->sched));
+}
+
 void dt_cli_plan_flags(const dt_plan_pred *p, char *buf, size_t n) {
     const dt_plan_layout *l = &p->l;
     int w = 0;
     if (n) buf[0] = '\0';
     if (l->tp > 1 && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --tp %d", l->tp);
     if (l->pp > 1 && w >= 0 && (size_t)w < n)
-        w += snprintf(buf + w, n - (size_t)w, " --pp %d --pp-partition %s --micro-batches %d --schedule %s%s", l->pp,
-                      p->partition, l->micro, l->sched == DT_PLAN_GPIPE ? "gpipe" : "1f1b",
-                      l->recompute ? " --recompute" : "");
+        w += snprintf(buf + w, n - (size_t)w, " --pp %d --pp-partition %s --micro-batches %d --schedule %s", l->pp,
+                      p->partition, l->micro, sched_name(l->sched));
+    if (l->pp > 1 && l->sched == DT_PLAN_INTERLEAVED && w >= 0 && (size_t)w < n)
+        w += snprintf(buf + w, n - (size_t)w, " --virtual-stages %d", l->virt);
+    if (l->pp > 1 && l->recompute && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --recompute");
     if (l->zero && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --zero %d", l->zero);
     char v[64];
     variant(l, v, sizeof v);
@@ -149,7 +166,7 @@ static void print_json(const dt_plan_pred *v, int n, const char *model, const ch
         command_line(p, model, set, batch, cmd, sizeof cmd);
         json_array_append_new(a, json_pack("{s:i,s:i,s:i,s:i,s:i,s:s,s:b,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:b,s:s}",
             "dp", p->l.dp, "tp", p->l.tp, "pp", p->l.pp, "zero", p->l.zero, "micro_batches", p->l.micro,
-            "schedule", p->l.sched == DT_PLAN_GPIPE ? "gpipe" : "1f1b", "recompute", p->l.recompute,
+            "schedule", sched_name(p->l.sched), "recompute", p->l.recompute,
             "step_s", p->step_s, "compute_s", p->compute_s, "bubble_s", p->bubble_s, "tp_s", p->tp_s, "dp_s", p->dp_s,
             "zero_s", p->zero_s, "optim_s", p->optim_s, "memory_bytes", p->mem.total, "fits", p->fits, "command", cmd));
         json_t *row = json_array_get(a, json_array_size(a) - 1);
@@ -160,6 +177,7 @@ static void print_json(const dt_plan_pred *v, int n, const char *model, const ch
         json_object_set_new(row, "balance", json_boolean(p->l.balance));
         json_object_set_new(row, "codec_s", json_real(p->codec_s));
         json_object_set_new(row, "ps_s", json_real(p->ps_s));
+        json_object_set_new(row, "virtual_stages", json_integer(p->l.sched == DT_PLAN_INTERLEAVED ? p->l.virt : 1));
         if (p->l.pp > 1) json_object_set_new(row, "partition", json_string(p->partition));
     }
     char *s = json_dumps(a, JSON_INDENT(1));
@@ -175,11 +193,12 @@ static void print_table(const dt_plan_pred *v, int n, int total, const dt_plan_c
            "optim | MB/rank fits\n");
     for (int i = 0; i < n; i++) {
         const dt_plan_pred *p = &v[i];
-        char var[64];
+        char var[64], sch[16];
         variant(&p->l, var, sizeof var);
+        sched_label(&p->l, sch, sizeof sch);
         printf("  %2d %2d %2d   %d %2d %-5s %-6s %-9s | %8.2f %8.2f %7.2f %8.2f %8.2f %8.2f %8.2f %6.2f | %7.1f %s\n",
                p->l.dp, p->l.tp, p->l.pp, p->l.zero, p->l.micro,
-               p->l.pp > 1 ? (p->l.sched == DT_PLAN_GPIPE ? "gpipe" : "1f1b") : "-", p->l.recompute ? "yes" : "no", var,
+               sch, p->l.recompute ? "yes" : "no", var,
                1e3 * p->step_s, 1e3 * p->compute_s, 1e3 * p->bubble_s, 1e3 * p->tp_s, 1e3 * p->dp_s,
                1e3 * (p->codec_s + p->ps_s), 1e3 * p->zero_s, 1e3 * p->optim_s, p->mem.total / 1e6, p->fits ? "yes" : "NO");
     }
