@@ -186,14 +186,14 @@ static double r16(double n) { return ceil(n / 16) * 16; }
  * from pipe_schedule.c's order: at M = 4 stage 0 warms up with 4 forwards
  * (c0 m0, c0 m1, c2 m0, c2 m1), then F c0 m2, B c2 m0, F c0 m3, B c2 m1, ...:
  * c0 holds 4, c2 2; stage 1 warms up with 2 (c1 m0, c1 m1), then F c3 m0,
- * B c3 m0, ..., F c1 m2, B c1 m0: c1 holds 3, c3 1. A step of 3 micro-batches
- * (a batch of 3 rows), not a multiple of P, runs chunk-major as GPipe does:
- * 3 alive in every chunk. So the rings are {4, 3} on stage 0 and {3, 3} on
- * stage 1. */
+ * B c3 m0, ..., F c1 m2, B c1 m0: c1 holds 3, c3 1. A batch of 3 rows runs
+ * 2 micro-batches (a multiple of P: dt_pipe_sched_micro), one of 1 row runs
+ * 1: neither keeps more alive. So the rings are {4, 2} on stage 0 and {3, 1}
+ * on stage 1. */
 static void interleaved(void) {
-    int want[2][2] = {{4, 3}, {3, 3}}, depth[2][DT_PIPE_MAX_VIRTUAL];
+    int want[2][2] = {{4, 2}, {3, 1}}, depth[2][DT_PIPE_MAX_VIRTUAL];
     for (int s = 0; s < 2; s++) dt_pipe_sched_depths(DT_SCHED_INTERLEAVED, 2, 2, s, 4, depth[s]);
-    printf("interleaved P 2 V 2 M 4: rings {%d, %d} on stage 0, {%d, %d} on stage 1 (hand: {4, 3}, {3, 3})\n",
+    printf("interleaved P 2 V 2 M 4: rings {%d, %d} on stage 0, {%d, %d} on stage 1 (hand: {4, 2}, {3, 1})\n",
            depth[0][0], depth[0][1], depth[1][0], depth[1][1]);
     test_cond("interleaved: the rings counted by hand", depth[0][0] == want[0][0] && depth[0][1] == want[0][1] &&
                                                             depth[1][0] == want[1][0] && depth[1][1] == want[1][1]);
@@ -220,22 +220,22 @@ static void interleaved(void) {
                mr[s].acts, ml[s].buffers);
     }
     test_cond("interleaved: each chunk's ring of whole sets",
-              ml[0].acts == 4 * (4 * slot[0] + 3 * slot[2]) && ml[1].acts == 4 * (3 * slot[1] + 3 * slot[3]));
+              ml[0].acts == 4 * (4 * slot[0] + 2 * slot[2]) && ml[1].acts == 4 * (3 * slot[1] + 1 * slot[3]));
     test_cond("interleaved, recompute: a whole set a chunk and the rings' boundaries",
-              mr[0].acts == 4 * (slot[0] + 4 * shared[0] + slot[2] + 3 * shared[2]) &&
-                  mr[1].acts == 4 * (slot[1] + 3 * shared[1] + slot[3] + 3 * shared[3]));
+              mr[0].acts == 4 * (slot[0] + 4 * shared[0] + slot[2] + 2 * shared[2]) &&
+                  mr[1].acts == 4 * (slot[1] + 3 * shared[1] + slot[3] + 1 * shared[3]));
     /* input gradients a slot but for chunk 0; one output gradient, the larger
      * of the stage's chunks but the model's last */
     test_cond("interleaved: the gradient buffers",
-              ml[0].buffers == 4 * (3 * din[2] + fmax(dout[0], dout[2])) &&
-                  ml[1].buffers == 4 * (3 * din[1] + 3 * din[3] + dout[1]));
+              ml[0].buffers == 4 * (2 * din[2] + fmax(dout[0], dout[2])) &&
+                  ml[1].buffers == 4 * (3 * din[1] + 1 * din[3] + dout[1]));
     double p0 = (double)(m->blocks[0].param_hi - m->blocks[0].param_lo) +
                 (double)(m->blocks[4].param_hi - m->blocks[3].param_lo); /* chunks 0 and 2 */
     test_cond("interleaved: the optimizer state of both chunks", ml[0].optim == 8 * sc[0].params && sc[0].params == p0);
     /* one case whole, by hand: stage 1's own bytes (params, grads, optimizer,
      * activations, buffers, the unsharded copy) */
-    double A = (double)m->n, want1 = 4 * A + 4 * A + 8 * sc[1].params + 4 * (3 * slot[1] + 3 * slot[3]) +
-                                     4 * (3 * din[1] + 3 * din[3] + dout[1]) + 8 * A;
+    double A = (double)m->n, want1 = 4 * A + 4 * A + 8 * sc[1].params + 4 * (3 * slot[1] + 1 * slot[3]) +
+                                     4 * (3 * din[1] + 1 * din[3] + dout[1]) + 8 * A;
     printf("interleaved stage 1: own %.0f bytes (hand %.0f)\n", own(&ml[1]), want1);
     test_cond("interleaved: stage 1's memory by hand", own(&ml[1]) == want1 && ml[1].total == want1);
     /* dt_plan_predict: its own cut into 4 chunks, the larger stage's memory */

@@ -159,9 +159,10 @@ size_t dt_dp_gather_bound(const dt_dp *dp, bool keep);
  * Data parallelism builds its buckets so (with min_floats = bucket_bytes / 4)
  * and the planner prices the same ones. */
 int dt_dp_bucket_low(const dt_model *m, int first, int top, size_t min_floats);
-/* dt_dp_gather_bound for blocks [first, last] of m in buckets of at least
+/* dt_dp_gather_bound for the n ascending block ranges [first[r], last[r]]
+ * of m (a stage's chunks; one range but interleaved) in buckets of at least
  * min_floats, without a group (the planner's); 0 when out of memory. */
-size_t dt_dp_gather_bound_of(const dt_model *m, int first, int last, size_t min_floats, bool keep);
+size_t dt_dp_gather_bound_of(const dt_model *m, const int *first, const int *last, int n, size_t min_floats, bool keep);
 /* The compression session (error-feedback residual, PowerSGD's Q), or NULL. */
 dt_gc *dt_dp_gc(dt_dp *dp);
 

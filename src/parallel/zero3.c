@@ -286,19 +286,20 @@ size_t dt_z3_gather_bound(const dt_model *m, const dt_bucket *b, int nb, const i
     return (held + pair) * sizeof(float);
 }
 
-size_t dt_dp_gather_bound_of(const dt_model *m, int first, int last, size_t min_floats, bool keep) {
+size_t dt_dp_gather_bound_of(const dt_model *m, const int *first, const int *last, int n, size_t min_floats, bool keep) {
     dt_bucket *b = dt_calloc((size_t)m->n_blocks + 1, sizeof *b);
     int *block_bucket = dt_calloc((size_t)m->n_blocks + 1, sizeof(int)), nb = 0;
     size_t bound = 0;
-    if (b && block_bucket) {
+    if (b && block_bucket && n > 0) {
         for (int i = 0; i < m->n_blocks; i++) block_bucket[i] = -1;
-        for (int top = last, low; top >= first; top = low - 1, nb++) { /* as dp.c builds them */
-            low = dt_dp_bucket_low(m, first, top, min_floats ? min_floats : 1);
-            b[nb] = (dt_bucket){.lo = m->blocks[low].param_lo, .hi = m->blocks[top].param_hi, .first_block = low,
-                                .top_block = top};
-            for (int i = low; i <= top; i++) block_bucket[i] = nb;
-        }
-        bound = dt_z3_gather_bound(m, b, nb, block_bucket, first, last, keep);
+        for (int r = n - 1; r >= 0; r--) /* as dp.c builds them: ranges from the highest down */
+            for (int top = last[r], low; top >= first[r]; top = low - 1, nb++) {
+                low = dt_dp_bucket_low(m, first[r], top, min_floats ? min_floats : 1);
+                b[nb] = (dt_bucket){.lo = m->blocks[low].param_lo, .hi = m->blocks[top].param_hi, .first_block = low,
+                                    .top_block = top};
+                for (int i = low; i <= top; i++) block_bucket[i] = nb;
+            }
+        bound = dt_z3_gather_bound(m, b, nb, block_bucket, first[0], last[n - 1], keep);
     }
     dt_free(b);
     dt_free(block_bucket);

@@ -1,7 +1,7 @@
 /* Every layout of a cluster's world predicted and ranked (plan.h): dp x tp x
  * pp with tp inside a host; ZeRO 0-3; for pipelines 1-64 micro-batches (powers
  * of 2 the batch allows), GPipe, 1F1B and interleaved 1F1B at V = 2 and 4
- * (where the runtime takes it: micro-batches a multiple of pp, no ZeRO-3,
+ * (where the runtime takes it: micro-batches a multiple of pp,
  * pp x V blocks at least), recomputation or not; for plain data parallelism the codecs
  * (fp16, int8, topk:0.01, sign) and the parameter server with 1 or 2 servers
  * (BSP); on hosts of unequal speed, plain data parallelism split by speed.
@@ -72,7 +72,7 @@ static dt_status degrees(list *x, const dt_plan_in *in, int W, int tp, int pp) {
         for (int M = 1; M <= (pp > 1 ? 64 : 1) && M * dp <= in->batch && !st; M *= 2)
             for (int sch = 0; sch < n_sched && !st; sch++) {
                 bool il = schedules[sch].sched == DT_PLAN_INTERLEAVED;
-                if (il && (M % pp || zero == 3)) continue; /* refused: spare the prediction */
+                if (il && M % pp) continue; /* refused: spare the prediction */
                 for (int rc = 0; rc <= (pp > 1) && !st; rc++) {
                     dt_plan_layout l = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .micro = M,
                                         .sched = schedules[sch].sched, .virt = schedules[sch].virt, .recompute = rc};

@@ -181,7 +181,7 @@ void plan_stage_memory(const dt_plan_in *in, const dt_plan_layout *l, const stag
     stage_acts(l, sc, s, b, &acts, &bufs);
     dt_dp_cfg dc;
     dt_dp_cfg_default(&dc);
-    out->params = l->zero == 3 ? 4 * shard + (double)dt_dp_gather_bound_of(m, sc->first[0], sc->last[0],
+    out->params = l->zero == 3 ? 4 * shard + (double)dt_dp_gather_bound_of(m, sc->first, sc->last, sc->nr,
                                                                             dc.bucket_bytes / sizeof(float), false)
                                : 4 * arena;
     out->grads = 4 * (l->zero >= 2 ? shard : arena);

@@ -89,7 +89,6 @@ static dt_status check_interleaved(const dt_plan_layout *l) {
     if (l->micro % l->pp)
         return dt_errorf(DT_ERR_INVALID, "plan: the interleaved schedule runs micro-batches in groups of pp %d: %d is "
                                          "not a multiple", l->pp, l->micro);
-    if (l->zero == 3) return dt_errorf(DT_ERR_INVALID, "plan: ZeRO-3 with the interleaved schedule is not built");
     return DT_OK;
 }
 

@@ -163,25 +163,41 @@ static double z3_pass(const double *gather, const double *flops, double total, i
     return clock - busy;
 }
 
+/* ZeRO-3's gathers of one of the stage's chunks (range r) and their exposed
+ * wait over a forward and a backward pass of fwd and bwd seconds (the
+ * chunk's FLOP share of the stage's); *all gets the gathers' sum. The
+ * topmost range's last bucket stays gathered from forward to backward. */
+static double z3_chunk(const dt_plan_cluster *c, const stage_cost *w, int r, int hosts, int per, int share, double fwd,
+                       double bwd, double *all, double *kept) {
+    stage_cost one = *w;
+    one.nr = 1;
+    one.first[0] = w->first[r];
+    one.last[0] = w->last[r];
+    double floats[4096], flops[4096], gather[4096], total = 0;
+    int n = z3_buckets(&one, floats, flops, 4096);
+    for (int k = 0; k < n; k++) {
+        gather[k] = 0.5 * plan_ar(c, hosts, per, share, floats[k] * 4) + 3 * floats[k] * 4 * c->links.gamma;
+        total += flops[k];
+        *all += gather[k];
+    }
+    if (n == 0) return 0;
+    double part = w->flops > 0 ? total / w->flops : 1.0 / w->nr, f = z3_pass(gather, flops, total, 0, n - 1, fwd * part);
+    *kept = r == w->nr - 1 ? gather[n - 1] : 0;
+    if (r == w->nr - 1) gather[n - 1] = 0; /* backward starts with the bucket forward left gathered */
+    return f + z3_pass(gather, flops, total, n - 1, 0, bwd * part);
+}
+
+/* A gather of a chunk's first bucket waits in full (the prefetch stays within
+ * a chunk); each next one leaves while the bucket before computes. */
 double plan_zero_gather(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double fwd, double bwd) {
     if (!l->zero || l->dp < 2) return 0;
     int hosts, per, share;
     plan_dp_span(c, l, &hosts, &per, &share);
     if (l->zero < 3) return 0.5 * plan_ar(c, hosts, per, share, w->params * 4);
-    double floats[4096], flops[4096], gather[4096], total = 0, all = 0;
-    int n = z3_buckets(w, floats, flops, 4096);
-    for (int k = 0; k < n; k++) {
-        gather[k] = 0.5 * plan_ar(c, hosts, per, share, floats[k] * 4) + 3 * floats[k] * 4 * c->links.gamma;
-        total += flops[k];
-        all += gather[k];
-    }
-    if (n == 0) return 0;
-    /* backward starts with the last bucket forward left gathered */
-    double first_bwd = gather[n - 1];
-    if (plan_oversubscribed(c)) return l->micro * (2 * all - first_bwd);
-    double f = z3_pass(gather, flops, total, 0, n - 1, fwd);
-    gather[n - 1] = 0;
-    return l->micro * (f + z3_pass(gather, flops, total, n - 1, 0, bwd));
+    double all = 0, kept = 0, wait = 0;
+    for (int r = 0; r < w->nr; r++) wait += z3_chunk(c, w, r, hosts, per, share, fwd, bwd, &all, &kept);
+    if (plan_oversubscribed(c)) return l->micro * (2 * all - kept);
+    return l->micro * wait;
 }
 
 double plan_ps_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd) {
