@@ -71,6 +71,7 @@ static const row rows[] = {
     {"schedule", "gpipe", "gpipe", "zigzag", "--schedule must be gpipe or 1f1b (pipeline), or cosine or constant (lr)"},
     {"pp-partition", "2,1", "2,1", NULL, NULL},
     {"recompute", NULL, "true", "yes", "--recompute takes no value"},
+    {"sequence-parallel", NULL, "true", "yes", "--sequence-parallel takes no value"},
     {"pp-stage-cost-us", "150", "150", "-1", "--pp-stage-cost-us -1 is out of range"},
     {"timeout", "7.5", "7.5", "0", "--timeout 0 is out of range"},
     {"inject", "byzantine:rank=1:mode=alie:1.5", "byzantine:rank=1:mode=alie:1.5", "crash:rank=1",
