@@ -104,6 +104,8 @@ dt_mpi_test_args(test_comm _hosts2 "--pretend-hosts;2" 4 5)
 dt_mpi_test_args(test_comm _hosts3 "--pretend-hosts;3" 3)
 # The compressed collectives across ranks, the same way.
 dt_mpi_test(test_gradcomp 2 3 4)
+# Sequence parallelism's layer paths against the unsharded model, the world one tp group.
+dt_mpi_test(test_seqpar_grad 2 3 4)
 
 # ---- the order on a fresh clone ------------------------------------------------
 # ctest starts the tests with the highest COST first; without cost data from an

@@ -359,6 +359,9 @@ static dt_status sp_transition(walk *w, const json_t *j, const char *name, dt_sh
     sh->d[0] = enter ? sh->d[0] / w->sp : sh->d[0] * w->sp;
     sh->seq = enter;
     l->out_dim = numel(sh);
+    /* one all-gather of the whole rows (backward entering, forward leaving): half an all-reduce's bytes */
+    dt_block *b = &w->bd->m->blocks[w->bd->m->n_blocks - 1];
+    b->tp_bytes += 2 * (int64_t)(enter ? l->in_dim : l->out_dim);
     *t = k;
     return DT_OK;
 }
