@@ -245,6 +245,7 @@ typedef struct walk {
     int depth;
     int sp;          /* --sequence-parallel: the tp size (0: off) */
     int n_inserted;  /* layers the compiler added (sequence-parallel transitions) */
+    int leave_at;    /* > 0: the region ends before that child of the block's top container */
 } walk;
 
 static int new_layer(walk *w, dt_status *st) {
@@ -272,6 +273,28 @@ static size_t numel(const dt_shape *sh) {
     return n;
 }
 
+/* ---- sequence parallelism's region (seq_parallel.c) ------------------------------- */
+
+/* Adds the layer that enters the region (whole rows -> this rank's) or leaves
+ * it (-> whole); sh becomes its output. Its index, or -1 with *st set. */
+static int sp_layer(walk *w, bool enter, dt_shape *sh, dt_status *st) {
+    int k = new_layer(w, st);
+    if (k < 0) return -1;
+    w->n_inserted++;
+    dt_layer *l = &w->bd->m->layers[k];
+    l->ops = enter ? &dt_sp_enter_ops : &dt_sp_leave_ops;
+    l->sp = w->sp;
+    l->in_dim = numel(sh);
+    l->rows = sh->d[0];
+    sh->d[0] = enter ? sh->d[0] / w->sp : sh->d[0] * w->sp;
+    sh->seq = enter;
+    l->out_dim = numel(sh);
+    /* one all-gather of the whole rows (backward entering, forward leaving): half an all-reduce's bytes */
+    dt_block *b = &w->bd->m->blocks[w->bd->m->n_blocks - 1];
+    b->tp_bytes += 2 * (int64_t)(enter ? l->in_dim : l->out_dim);
+    return k;
+}
+
 static dt_status layer(walk *w, const json_t *j, const char *where, const char *prefix, dt_shape *sh, int *out,
                        bool top);
 
@@ -291,7 +314,17 @@ static dt_status children(walk *w, const json_t *list, const char *where, const 
         char wh[64];
         snprintf(wh, sizeof wh, "%s%s%zu", where, where[0] ? "." : "", i);
         int k;
-        dt_status st = layer(w, c, wh, prefix, sh, &k, false);
+        dt_status st = DT_OK;
+        if (w->depth == 1 && w->leave_at > 0 && (size_t)w->leave_at == i) { /* sp_transition deferred it here */
+            w->leave_at = 0;
+            if ((k = sp_layer(w, false, sh, &st)) < 0) return st;
+            L = w->bd->m->layers;
+            if (prev < 0) L[parent].first = k;
+            else L[prev].next = k;
+            prev = k;
+            n++;
+        }
+        st = layer(w, c, wh, prefix, sh, &k, false);
         if (st) return st;
         L = w->bd->m->layers;
         if (k < 0) continue; /* a repeat of nothing */
@@ -314,8 +347,6 @@ static void join(char *out, size_t cap, const char *prefix, const char *name) {
 
 static size_t numel_of(const dt_shape *sh) { return sh->tokens ? 0 : numel(sh); }
 
-/* ---- sequence parallelism's region (seq_parallel.c) ------------------------------- */
-
 /* Does the description j mark a tensor-parallel layer anywhere inside? */
 static bool tp_marked(const json_t *j) {
     if (json_is_array(j)) {
@@ -330,13 +361,37 @@ static bool tp_marked(const json_t *j) {
     return tp_marked(json_object_get(j, "layers"));
 }
 
+/* How many of the first layers of a block's top container (a sequential or a
+ * repeat) are leaves that work on any rows (norms, activations, dropout): they
+ * stay inside the region (Megatron's final layer norm). 0 when none, when j
+ * is another kind of layer, or when they are all of them (the region must end
+ * inside the block). */
+static int leading_rowwise(const json_t *j) {
+    static const char *const rowwise[] = {"layernorm", "rmsnorm", "dropout", "gelu", "relu", "silu", "tanh"};
+    const json_t *t = json_object_get(j, "type"), *list = json_object_get(j, "layers");
+    if (!json_is_string(t) || !json_is_array(list) ||
+        (strcmp(json_string_value(t), "sequential") && strcmp(json_string_value(t), "repeat")))
+        return 0;
+    size_t n = 0;
+    for (; n < json_array_size(list); n++) {
+        const json_t *c = json_object_get(json_array_get(list, n), "type");
+        bool ok = false;
+        for (size_t k = 0; json_is_string(c) && k < sizeof rowwise / sizeof *rowwise; k++)
+            ok |= strcmp(json_string_value(c), rowwise[k]) == 0;
+        if (!ok) break;
+    }
+    return n < json_array_size(list) ? (int)n : 0;
+}
+
 /* At the start of top-level block `name` (description j, input shape sh): under
  * --sequence-parallel, a block with tensor-parallel layers whose input is
  * whole enters the region, a block without them whose input is split along
- * the sequence leaves it. *t: the transition layer added (-1: none); sh
- * becomes its output. */
+ * the sequence leaves it (after its leading row-wise layers: children() adds
+ * the layer there, w->leave_at). *t: the transition layer added here (-1:
+ * none); sh becomes its output. */
 static dt_status sp_transition(walk *w, const json_t *j, const char *name, dt_shape *sh, int *t) {
     *t = -1;
+    w->leave_at = 0;
     if (!w->sp) return DT_OK;
     bool enter = tp_marked(j);
     if (enter == sh->seq) return DT_OK;
@@ -347,23 +402,13 @@ static dt_status sp_transition(walk *w, const json_t *j, const char *name, dt_sh
     if (enter && sh->d[0] % w->sp)
         return dt_errorf(DT_ERR_INVALID, "%s: --sequence-parallel: --tp %d must divide the %lld positions of block '%s'",
                          w->what, w->sp, (long long)sh->d[0], name);
+    if (!enter) { /* the block's leading norms, activations and dropout stay on this rank's rows */
+        w->leave_at = leading_rowwise(j);
+        if (w->leave_at > 0) return DT_OK;
+    }
     dt_status st = DT_OK;
-    int k = new_layer(w, &st);
-    if (k < 0) return st;
-    w->n_inserted++;
-    dt_layer *l = &w->bd->m->layers[k];
-    l->ops = enter ? &dt_sp_enter_ops : &dt_sp_leave_ops;
-    l->sp = w->sp;
-    l->in_dim = numel(sh);
-    l->rows = sh->d[0];
-    sh->d[0] = enter ? sh->d[0] / w->sp : sh->d[0] * w->sp;
-    sh->seq = enter;
-    l->out_dim = numel(sh);
-    /* one all-gather of the whole rows (backward entering, forward leaving): half an all-reduce's bytes */
-    dt_block *b = &w->bd->m->blocks[w->bd->m->n_blocks - 1];
-    b->tp_bytes += 2 * (int64_t)(enter ? l->in_dim : l->out_dim);
-    *t = k;
-    return DT_OK;
+    *t = sp_layer(w, enter, sh, &st);
+    return st;
 }
 
 /* A repeat's copies, chained; copy i sees variable `i`, names PREFIX.NAME.i.
