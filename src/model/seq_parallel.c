@@ -14,10 +14,10 @@
  *
  * The region starts at the first block with tensor-parallel layers (the
  * enter layer keeps this rank's rows; backward all-gathers the input
- * gradient, since the replicated layers before it need all of it) and ends at
- * the first block without (the leave layer all-gathers; backward keeps this
- * rank's rows of the gradient, which the replicated layers after it compute
- * whole on every rank). In between, a column-parallel linear all-gathers its
+ * gradient, since the replicated layers before it need all of it) and ends in
+ * the first block without, after its leading norms (the leave layer
+ * all-gathers; backward keeps this rank's rows of the gradient, which the
+ * replicated layers after it compute whole on every rank). desc.c places both. In between, a column-parallel linear all-gathers its
  * input (g-bar of the paper) and in backward gathers it again (only this
  * rank's part is kept, as Megatron does) and reduce-scatters its input
  * gradient (instead of plain tp's all-reduce f); a row-parallel linear
