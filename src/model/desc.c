@@ -273,7 +273,7 @@ static size_t numel(const dt_shape *sh) {
     return n;
 }
 
-/* ---- sequence parallelism's region (seq_parallel.c) ------------------------------- */
+/* ---- sequence parallelism's region (seq_parallel.c decides, this places) --------- */
 
 /* Adds the layer that enters the region (whole rows -> this rank's) or leaves
  * it (-> whole); sh becomes its output. Its index, or -1 with *st set. */
@@ -281,17 +281,7 @@ static int sp_layer(walk *w, bool enter, dt_shape *sh, dt_status *st) {
     int k = new_layer(w, st);
     if (k < 0) return -1;
     w->n_inserted++;
-    dt_layer *l = &w->bd->m->layers[k];
-    l->ops = enter ? &dt_sp_enter_ops : &dt_sp_leave_ops;
-    l->sp = w->sp;
-    l->in_dim = numel(sh);
-    l->rows = sh->d[0];
-    sh->d[0] = enter ? sh->d[0] / w->sp : sh->d[0] * w->sp;
-    sh->seq = enter;
-    l->out_dim = numel(sh);
-    /* one all-gather of the whole rows (backward entering, forward leaving): half an all-reduce's bytes */
-    dt_block *b = &w->bd->m->blocks[w->bd->m->n_blocks - 1];
-    b->tp_bytes += 2 * (int64_t)(enter ? l->in_dim : l->out_dim);
+    dt_sp_layer_init(&w->bd->m->layers[k], &w->bd->m->blocks[w->bd->m->n_blocks - 1], enter, w->sp, sh);
     return k;
 }
 
@@ -347,42 +337,6 @@ static void join(char *out, size_t cap, const char *prefix, const char *name) {
 
 static size_t numel_of(const dt_shape *sh) { return sh->tokens ? 0 : numel(sh); }
 
-/* Does the description j mark a tensor-parallel layer anywhere inside? */
-static bool tp_marked(const json_t *j) {
-    if (json_is_array(j)) {
-        size_t i;
-        const json_t *c;
-        json_array_foreach((json_t *)j, i, c) if (tp_marked(c)) return true;
-        return false;
-    }
-    if (!json_is_object(j)) return false;
-    const json_t *t = json_object_get(j, "tp");
-    if (json_is_string(t) && strcmp(json_string_value(t), "none") != 0) return true;
-    return tp_marked(json_object_get(j, "layers"));
-}
-
-/* How many of the first layers of a block's top container (a sequential or a
- * repeat) are leaves that work on any rows (norms, activations, dropout): they
- * stay inside the region (Megatron's final layer norm). 0 when none, when j
- * is another kind of layer, or when they are all of them (the region must end
- * inside the block). */
-static int leading_rowwise(const json_t *j) {
-    static const char *const rowwise[] = {"layernorm", "rmsnorm", "dropout", "gelu", "relu", "silu", "tanh"};
-    const json_t *t = json_object_get(j, "type"), *list = json_object_get(j, "layers");
-    if (!json_is_string(t) || !json_is_array(list) ||
-        (strcmp(json_string_value(t), "sequential") && strcmp(json_string_value(t), "repeat")))
-        return 0;
-    size_t n = 0;
-    for (; n < json_array_size(list); n++) {
-        const json_t *c = json_object_get(json_array_get(list, n), "type");
-        bool ok = false;
-        for (size_t k = 0; json_is_string(c) && k < sizeof rowwise / sizeof *rowwise; k++)
-            ok |= strcmp(json_string_value(c), rowwise[k]) == 0;
-        if (!ok) break;
-    }
-    return n < json_array_size(list) ? (int)n : 0;
-}
-
 /* At the start of top-level block `name` (description j, input shape sh): under
  * --sequence-parallel, a block with tensor-parallel layers whose input is
  * whole enters the region, a block without them whose input is split along
@@ -393,20 +347,11 @@ static dt_status sp_transition(walk *w, const json_t *j, const char *name, dt_sh
     *t = -1;
     w->leave_at = 0;
     if (!w->sp) return DT_OK;
-    bool enter = tp_marked(j);
+    bool enter = dt_sp_marked(j);
     if (enter == sh->seq) return DT_OK;
-    if (enter && (sh->tokens || sh->split || sh->nd != 2))
-        return dt_errorf(DT_ERR_INVALID, "%s: --sequence-parallel splits a (positions, width) activation along its "
-                         "positions, but block '%s' takes %s", w->what, name,
-                         sh->tokens ? "token ids" : sh->split ? "a tensor-parallel shard" : "an input without positions");
-    if (enter && sh->d[0] % w->sp)
-        return dt_errorf(DT_ERR_INVALID, "%s: --sequence-parallel: --tp %d must divide the %lld positions of block '%s'",
-                         w->what, w->sp, (long long)sh->d[0], name);
-    if (!enter) { /* the block's leading norms, activations and dropout stay on this rank's rows */
-        w->leave_at = leading_rowwise(j);
-        if (w->leave_at > 0) return DT_OK;
-    }
-    dt_status st = DT_OK;
+    dt_status st = enter ? dt_sp_enter_check(sh, w->sp, w->what, name) : DT_OK;
+    if (st) return st;
+    if (!enter && (w->leave_at = dt_sp_leave_at(j)) > 0) return DT_OK;
     *t = sp_layer(w, enter, sh, &st);
     return st;
 }

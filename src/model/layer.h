@@ -157,9 +157,21 @@ size_t dt_sp_off(const dt_block *b, size_t n);
 void dt_sp_allgather(const dt_block *b, float *buf, size_t n);
 void dt_sp_reduce_scatter(const dt_block *b, float *buf, size_t n);
 void dt_sp_sum_into(const dt_block *b, float *tmp, float *dst, size_t n);
-/* The layers desc.c puts at a block's start where the region begins (whole ->
- * this rank's rows) and ends (this rank's rows -> whole); d = {}. */
-extern const dt_layer_ops dt_sp_enter_ops, dt_sp_leave_ops;
+/* Where desc.c places the region's ends, from a top-level block's description:
+ * dt_sp_marked: j marks a tensor-parallel layer anywhere inside (the block
+ * enters, or stays in, the region). dt_sp_leave_at: in a block that leaves it,
+ * how many leading layers of its top container (a sequential or a repeat) work
+ * on any rows (norms, activations, dropout) and stay inside; 0: the region
+ * ends at the block's start. dt_sp_enter_check: the one-line refusal when the
+ * block's input shape cannot be split (what: the description, name: the block).
+ * dt_sp_layer_init: makes the new leaf l the layer that enters (whole rows ->
+ * this rank's) or leaves (-> whole) for a tp group of sp, in block b (whose
+ * planner bytes it counts); sh becomes its output shape. */
+struct json_t;
+bool dt_sp_marked(const struct json_t *j);
+int dt_sp_leave_at(const struct json_t *block);
+dt_status dt_sp_enter_check(const dt_shape *sh, int sp, const char *what, const char *name);
+void dt_sp_layer_init(dt_layer *l, dt_block *b, bool enter, int sp, dt_shape *sh);
 
 /* seq.c: the block whose layers are the tree rooted at root. */
 extern const dt_block_ops dt_block_layers_ops;

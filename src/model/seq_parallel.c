@@ -36,6 +36,7 @@
  * gathered gradient (n floats each, freed after the layer). */
 #include "layer.h"
 
+#include <jansson.h>
 #include <string.h>
 
 /* The tp group, or NULL once a tp collective has failed (nothing more starts). */
@@ -103,5 +104,64 @@ static void leave_backward(const dt_layer *l, const dt_lctx *c, const float *in,
     for (size_t k = 0; k < part; k++) din[k] += d[k];
 }
 
-const dt_layer_ops dt_sp_enter_ops = {"sequence_split", false, none, enter_scratch, enter_forward, enter_backward};
-const dt_layer_ops dt_sp_leave_ops = {"sequence_gather", false, none, none, leave_forward, leave_backward};
+static const dt_layer_ops enter_ops = {"sequence_split", false, none, enter_scratch, enter_forward, enter_backward};
+static const dt_layer_ops leave_ops = {"sequence_gather", false, none, none, leave_forward, leave_backward};
+
+/* ---- where the region starts and ends (desc.c places the layers) -------------------- */
+
+bool dt_sp_marked(const json_t *j) {
+    if (json_is_array(j)) {
+        size_t i;
+        const json_t *c;
+        json_array_foreach((json_t *)j, i, c) if (dt_sp_marked(c)) return true;
+        return false;
+    }
+    if (!json_is_object(j)) return false;
+    const json_t *t = json_object_get(j, "tp");
+    if (json_is_string(t) && strcmp(json_string_value(t), "none") != 0) return true;
+    return dt_sp_marked(json_object_get(j, "layers"));
+}
+
+/* All leading layers row-wise: 0 too, since the region must end inside the block. */
+int dt_sp_leave_at(const json_t *block) {
+    static const char *const rowwise[] = {"layernorm", "rmsnorm", "dropout", "gelu", "relu", "silu", "tanh"};
+    const json_t *t = json_object_get(block, "type"), *list = json_object_get(block, "layers");
+    if (!json_is_string(t) || !json_is_array(list) ||
+        (strcmp(json_string_value(t), "sequential") && strcmp(json_string_value(t), "repeat")))
+        return 0;
+    size_t n = 0;
+    for (; n < json_array_size(list); n++) {
+        const json_t *c = json_object_get(json_array_get(list, n), "type");
+        bool ok = false;
+        for (size_t k = 0; json_is_string(c) && k < sizeof rowwise / sizeof *rowwise; k++)
+            ok |= strcmp(json_string_value(c), rowwise[k]) == 0;
+        if (!ok) break;
+    }
+    return n < json_array_size(list) ? (int)n : 0;
+}
+
+dt_status dt_sp_enter_check(const dt_shape *sh, int sp, const char *what, const char *name) {
+    if (sh->tokens || sh->split || sh->nd != 2)
+        return dt_errorf(DT_ERR_INVALID, "%s: --sequence-parallel splits a (positions, width) activation along its "
+                         "positions, but block '%s' takes %s", what, name,
+                         sh->tokens ? "token ids" : sh->split ? "a tensor-parallel shard" : "an input without positions");
+    if (sh->d[0] % sp)
+        return dt_errorf(DT_ERR_INVALID, "%s: --sequence-parallel: --tp %d must divide the %lld positions of block '%s'",
+                         what, sp, (long long)sh->d[0], name);
+    return DT_OK;
+}
+
+void dt_sp_layer_init(dt_layer *l, dt_block *b, bool enter, int sp, dt_shape *sh) {
+    size_t whole = 1;
+    for (int i = 0; i < sh->nd; i++) whole *= (size_t)sh->d[i];
+    l->ops = enter ? &enter_ops : &leave_ops;
+    l->sp = sp;
+    l->in_dim = whole;
+    l->rows = sh->d[0];
+    sh->d[0] = enter ? sh->d[0] / sp : sh->d[0] * sp;
+    sh->seq = enter;
+    l->out_dim = enter ? whole / (size_t)sp : whole * (size_t)sp;
+    if (!enter) whole = l->out_dim;
+    /* one all-gather of the whole rows (backward entering, forward leaving): half an all-reduce's bytes */
+    b->tp_bytes += 2 * (int64_t)whole;
+}
