@@ -2,7 +2,7 @@
 # Sequence parallelism (--sequence-parallel, Korthikanti et al. 2022) on top of
 # --tp: the same training as plain tensor parallelism and as one process
 # (losses within relative 1e-4 for 20 steps, final weights within rtol 1e-3)
-# for the built-in gpt, with --pp 2, with data parallelism, with ZeRO-1 and
+# for the built-in gpt, with --pp 2, with data parallelism, with ZeRO-1 and 3,
 # --recompute; a description with dropout (masks keyed by a row's place in its
 # sample: the same in every layout) and the shipped llama (rmsnorm, rope,
 # swiglu); the activations dtrain counts below plain tp's; checkpoints resume
@@ -18,6 +18,7 @@ same_run gtp 1e-4 gsp -n 2 --tp 2 $SP $GPT
 same_run g1 1e-4 gsp1 -n 2 --tp 2 $SP $GPT
 same_run g1 1e-4 gsp_pp -n 4 --tp 2 --pp 2 --micro-batches 2 $SP $GPT
 same_run g1 1e-4 gsp_dp -n 4 --tp 2 --zero 1 $SP $GPT
+same_run g1 1e-4 gsp_z3 -n 4 --tp 2 --zero 3 $SP $GPT
 same_run g1 1e-4 gsp_rc -n 4 --tp 2 --pp 2 --micro-batches 2 --recompute $SP $GPT
 # accumulation: each micro-batch's partial layer-norm gradients summed once
 run gtp_acc -n 2 --tp 2 --accum 2 --clip 0.3 $GPT
