@@ -72,6 +72,7 @@ static const row rows[] = {
     {"virtual-stages", "2", "2", "17", "--virtual-stages 17 is out of range [1, 16]"},
     {"pp-partition", "2,1", "2,1", NULL, NULL},
     {"recompute", NULL, "true", "yes", "--recompute takes no value"},
+    {"sequence-parallel", NULL, "true", "yes", "--sequence-parallel takes no value"},
     {"pp-stage-cost-us", "150", "150", "-1", "--pp-stage-cost-us -1 is out of range"},
     {"timeout", "7.5", "7.5", "0", "--timeout 0 is out of range"},
     {"inject", "byzantine:rank=1:mode=alie:1.5", "byzantine:rank=1:mode=alie:1.5", "crash:rank=1",

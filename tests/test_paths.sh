@@ -50,6 +50,10 @@ path tp_resume_dp -n 2 $MLP --resume "$tmp/cktp/ckpt-0000000003"
 # dropout, pooling on 2 ranks with a checkpoint; data from a CSV -----------------------
 path desc_llama -n 4 --tp 2 --pp 2 --micro-batches 2 --model llama --set n_layer=2,n_kv_head=4,n_embd=32,ffn=48,block_size=16 \
   --batch 8 --steps 3 --log-every 1 --eval-max 16 --quiet
+# --sequence-parallel: the gpt under tp x pp with recompute and clipping, llama's swiglu pairs
+path sp_gpt -n 4 --tp 2 --pp 2 --micro-batches 2 --recompute --clip 0.3 --sequence-parallel $GPT
+path sp_llama -n 2 --tp 2 --sequence-parallel --model llama --set n_layer=2,n_kv_head=4,n_embd=32,ffn=48,block_size=16 \
+  --batch 8 --steps 3 --log-every 1 --eval-max 16 --quiet
 cat > "$tmp/bnd.json" <<'J'
 {"input": {"image": [1, 28, 28]}, "loss": "cross_entropy",
  "layers": [{"type": "sequential", "layers": [{"type": "conv2d", "name": "c", "out": 4, "kernel": 3, "stride": 2, "pad": 1},

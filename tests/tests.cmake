@@ -47,8 +47,8 @@ endforeach()
 # the same numbers. The sanitizer pass leaves them out (-LE matrix) and runs
 # test_paths, every path once, instead: under ASan a run costs 3-4x, and the
 # numbers are the optimised build's to check.
-foreach(matrix test_dp test_pp test_tp test_ckpt test_ps test_async test_compress_train test_cluster test_models
-       test_layout_auto test_precision test_fp16 test_zero3 test_interleaved)
+foreach(matrix test_dp test_pp test_tp test_seqpar test_ckpt test_ps test_async test_compress_train test_cluster
+       test_models test_layout_auto test_precision test_fp16 test_zero3 test_interleaved)
   if(TEST ${matrix})
     set_tests_properties(${matrix} PROPERTIES LABELS matrix)
   endif()
@@ -104,6 +104,8 @@ dt_mpi_test_args(test_comm _hosts2 "--pretend-hosts;2" 4 5)
 dt_mpi_test_args(test_comm _hosts3 "--pretend-hosts;3" 3)
 # The compressed collectives across ranks, the same way.
 dt_mpi_test(test_gradcomp 2 3 4)
+# Sequence parallelism's layer paths against the unsharded model, the world one tp group.
+dt_mpi_test(test_seqpar_grad 2 3 4)
 
 # ---- the order on a fresh clone ------------------------------------------------
 # ctest starts the tests with the highest COST first; without cost data from an
@@ -114,7 +116,7 @@ set(DT_TEST_COSTS
   test_stop 180 test_cluster 112 test_async 97 test_fuzz_smoke 60 test_pp 72 test_async_slow 67
   test_dp 61 test_compress_train 55 test_ps_slow 53 test_ckpt 52 test_models 50 test_layout_auto 44
   test_ps 43 test_ps_kill 38 test_compress_slow 30 test_ps_elastic 30 test_paths 230 test_rl 15
-  test_precision 45 test_fp16 26 test_zero3 60 test_python 18 test_report 15 test_max_memory 10 test_cli 12 test_netbed 8 test_install 8 test_elastic 7 test_tp 24 test_train_slow 15)
+  test_precision 45 test_fp16 26 test_zero3 60 test_python 18 test_report 15 test_max_memory 10 test_cli 12 test_netbed 8 test_install 8 test_elastic 7 test_tp 24 test_seqpar 25 test_train_slow 15)
 list(LENGTH DT_TEST_COSTS n)
 math(EXPR last "${n} - 1")
 foreach(i RANGE 0 ${last} 2)

@@ -50,6 +50,11 @@ typedef struct dt_model_cfg {
     int n_layer, n_head, n_embd, block_size, vocab_size;
     /* tensor parallelism (Megatron): this rank's shard of tp_size (0 or 1: none) */
     int tp_size, tp_rank;
+    /* --sequence-parallel (Korthikanti et al. 2022): with tp_size > 1, the blocks
+     * with tensor-parallel layers run their layer norms, dropout and residuals on
+     * this rank's 1/tp of the token rows (src/model/seq_parallel.c); ignored
+     * without tp. Changes no tensor: not part of what a checkpoint must match. */
+    bool seq_parallel;
     /* DT_MODEL_FILE: the description's path */
     char file[256];
     /* --set: the description's variables, "NAME=VALUE,..." (VALUE a number, or

@@ -72,6 +72,12 @@ static dt_status tp_check(const dt_model_cfg *c) {
     if (c->kind == DT_MODEL_CNN) return dt_errorf(DT_ERR_INVALID, "--tp supports the mlp and the gpt, not the cnn");
     if (c->kind == DT_MODEL_GPT && c->n_head % T)
         return dt_errorf(DT_ERR_INVALID, "--tp %d must divide --n-head %d (heads are split across the tp group)", T, c->n_head);
+    if (c->seq_parallel && c->kind == DT_MODEL_MLP)
+        return dt_errorf(DT_ERR_INVALID, "--sequence-parallel splits a sequence, and the mlp has none: use it with the gpt "
+                         "or a description whose tensor-parallel blocks take (positions, width)");
+    if (c->seq_parallel && c->kind == DT_MODEL_GPT && c->block_size % T)
+        return dt_errorf(DT_ERR_INVALID, "--sequence-parallel: --tp %d must divide --block-size %d (each rank holds 1/%d of "
+                         "the positions)", T, c->block_size, T);
     if (c->kind == DT_MODEL_MLP) {
         if (c->n_hidden < 1) return dt_errorf(DT_ERR_INVALID, "--tp needs at least one hidden layer");
         for (int i = 0; i < c->n_hidden; i++)

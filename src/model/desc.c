@@ -51,6 +51,10 @@ dt_status dt_ls_fail(dt_lsetup *s, const char *fmt, ...) {
 dt_status dt_ls_status(const dt_lsetup *s) { return s->st; }
 int dt_ls_tp_size(const dt_lsetup *s) { return s->bd->m->cfg.tp_size > 1 ? s->bd->m->cfg.tp_size : 1; }
 int dt_ls_tp_rank(const dt_lsetup *s) { return s->bd->m->cfg.tp_size > 1 ? s->bd->m->cfg.tp_rank : 0; }
+int dt_ls_seq_parallel(const dt_lsetup *s) {
+    const dt_model_cfg *c = &s->bd->m->cfg;
+    return c->seq_parallel && c->tp_size > 1 ? c->tp_size : 0;
+}
 void dt_ls_flops(dt_lsetup *s, int64_t flops) {
     dt_model *m = s->bd->m;
     m->flops_per_sample += flops;
@@ -239,6 +243,9 @@ typedef struct walk {
     int n_cap;
     int n_leaves;
     int depth;
+    int sp;          /* --sequence-parallel: the tp size (0: off) */
+    int n_inserted;  /* layers the compiler added (sequence-parallel transitions) */
+    int leave_at;    /* > 0: the region ends before that child of the block's top container */
 } walk;
 
 static int new_layer(walk *w, dt_status *st) {
@@ -256,7 +263,7 @@ static int new_layer(walk *w, dt_status *st) {
     dt_layer *l = &m->layers[m->n_layers];
     memset(l, 0, sizeof *l);
     l->first = l->next = -1;
-    l->index = m->n_layers;
+    l->index = m->n_layers - w->n_inserted;
     return m->n_layers++;
 }
 
@@ -264,6 +271,18 @@ static size_t numel(const dt_shape *sh) {
     size_t n = 1;
     for (int i = 0; i < sh->nd; i++) n *= (size_t)sh->d[i];
     return n;
+}
+
+/* ---- sequence parallelism's region (seq_parallel.c decides, this places) --------- */
+
+/* Adds the layer that enters the region (whole rows -> this rank's) or leaves
+ * it (-> whole); sh becomes its output. Its index, or -1 with *st set. */
+static int sp_layer(walk *w, bool enter, dt_shape *sh, dt_status *st) {
+    int k = new_layer(w, st);
+    if (k < 0) return -1;
+    w->n_inserted++;
+    dt_sp_layer_init(&w->bd->m->layers[k], &w->bd->m->blocks[w->bd->m->n_blocks - 1], enter, w->sp, sh);
+    return k;
 }
 
 static dt_status layer(walk *w, const json_t *j, const char *where, const char *prefix, dt_shape *sh, int *out,
@@ -285,7 +304,17 @@ static dt_status children(walk *w, const json_t *list, const char *where, const 
         char wh[64];
         snprintf(wh, sizeof wh, "%s%s%zu", where, where[0] ? "." : "", i);
         int k;
-        dt_status st = layer(w, c, wh, prefix, sh, &k, false);
+        dt_status st = DT_OK;
+        if (w->depth == 1 && w->leave_at > 0 && (size_t)w->leave_at == i) { /* sp_transition deferred it here */
+            w->leave_at = 0;
+            if ((k = sp_layer(w, false, sh, &st)) < 0) return st;
+            L = w->bd->m->layers;
+            if (prev < 0) L[parent].first = k;
+            else L[prev].next = k;
+            prev = k;
+            n++;
+        }
+        st = layer(w, c, wh, prefix, sh, &k, false);
         if (st) return st;
         L = w->bd->m->layers;
         if (k < 0) continue; /* a repeat of nothing */
@@ -307,6 +336,25 @@ static void join(char *out, size_t cap, const char *prefix, const char *name) {
 }
 
 static size_t numel_of(const dt_shape *sh) { return sh->tokens ? 0 : numel(sh); }
+
+/* At the start of top-level block `name` (description j, input shape sh): under
+ * --sequence-parallel, a block with tensor-parallel layers whose input is
+ * whole enters the region, a block without them whose input is split along
+ * the sequence leaves it (after its leading row-wise layers: children() adds
+ * the layer there, w->leave_at). *t: the transition layer added here (-1:
+ * none); sh becomes its output. */
+static dt_status sp_transition(walk *w, const json_t *j, const char *name, dt_shape *sh, int *t) {
+    *t = -1;
+    w->leave_at = 0;
+    if (!w->sp) return DT_OK;
+    bool enter = dt_sp_marked(j);
+    if (enter == sh->seq) return DT_OK;
+    dt_status st = enter ? dt_sp_enter_check(sh, w->sp, w->what, name) : DT_OK;
+    if (st) return st;
+    if (!enter && (w->leave_at = dt_sp_leave_at(j)) > 0) return DT_OK;
+    *t = sp_layer(w, enter, sh, &st);
+    return st;
+}
 
 /* A repeat's copies, chained; copy i sees variable `i`, names PREFIX.NAME.i.
  * At the top level each copy is a block of its own. */
@@ -341,10 +389,16 @@ static dt_status repeat(walk *w, dt_lsetup *s, const char *where, const char *pr
         w->bd->m->layers[seq].in_dim = in_dim;
         char wh[64];
         snprintf(wh, sizeof wh, "%s[%lld]", where, (long long)i);
-        dt_status st = children(w, json_object_get(s->obj, "layers"), wh, pre, sh, seq);
+        int t = -1;
+        dt_status st = top ? sp_transition(w, s->obj, pre[0] ? pre : s->type, sh, &t) : DT_OK;
+        if (!st) st = children(w, json_object_get(s->obj, "layers"), wh, pre, sh, seq);
         w->vars = saved;
         if (st) return st;
         dt_layer *L = w->bd->m->layers;
+        if (t >= 0) { /* the transition first */
+            L[t].next = L[seq].first;
+            L[seq].first = t;
+        }
         L[seq].out_dim = numel(sh);
         if (top) {
             dt_block *b = &w->bd->m->blocks[w->bd->m->n_blocks - 1];
@@ -400,7 +454,8 @@ static dt_status layer(walk *w, const json_t *j, const char *where, const char *
         dt_layer *l = &w->bd->m->layers[k];
         l->in_dim = numel(&in);
         l->out_dim = numel(sh);
-        if (res && (in.nd != sh->nd || memcmp(in.d, sh->d, sizeof in.d) || in.split != sh->split || in.tokens))
+        if (res && (in.nd != sh->nd || memcmp(in.d, sh->d, sizeof in.d) || in.split != sh->split || in.seq != sh->seq ||
+                    in.tokens))
             return dt_ls_fail(&s, "its layers change the shape (%zu floats in, %zu out): a residual must keep it",
                               l->in_dim, l->out_dim);
         *out = k;
@@ -511,6 +566,9 @@ static dt_status add_loss(walk *w, const json_t *j, const dt_shape *sh) {
     dt_model *m = w->bd->m;
     const char *loss = json_is_string(j) ? json_string_value(j) : NULL;
     if (sh->split) return dt_errorf(DT_ERR_INVALID, "%s: the last layer's output is split across the tp group; end with a row-parallel linear", w->what);
+    if (sh->seq)
+        return dt_errorf(DT_ERR_INVALID, "%s: under --sequence-parallel the last block (it has tensor-parallel layers) ends "
+                         "with this rank's part of the sequence: end the model with a block without them (the head)", w->what);
     if (sh->tokens) return dt_errorf(DT_ERR_INVALID, "%s: the model has no layers that turn tokens into floats", w->what);
     int64_t rows = 1;
     for (int i = 0; i + 1 < sh->nd; i++) rows *= sh->d[i];
@@ -553,13 +611,26 @@ static dt_status blocks(walk *w, const json_t *list, dt_shape *sh) {
             continue;
         }
         if (!dt_builder_block(w->bd, &dt_block_layers_ops, "", numel_of(sh), 0)) return w->bd->st;
-        int bi = m->n_blocks - 1;
-        dt_status st = layer(w, c, wh, "", sh, &k, true);
+        int bi = m->n_blocks - 1, tr;
+        const json_t *nm = json_object_get(c, "name");
+        dt_status st = sp_transition(w, c, json_is_string(nm) ? json_string_value(nm) : wh, sh, &tr);
+        if (!st) st = layer(w, c, wh, "", sh, &k, true);
         if (st) return st;
+        if (tr >= 0) { /* a sequence of the transition and the layer */
+            int q = new_layer(w, &st);
+            if (q < 0) return st;
+            w->n_inserted++;
+            dt_layer *L = m->layers;
+            L[q].container = DT_LAYER_SEQ;
+            L[q].first = tr;
+            L[tr].next = k;
+            L[q].in_dim = L[tr].in_dim;
+            L[q].out_dim = L[k].out_dim;
+            k = q;
+        }
         dt_layer *l = &m->layers[k];
         m->blocks[bi].root = k;
         m->blocks[bi].out_dim = l->out_dim;
-        const json_t *nm = json_object_get(c, "name");
         snprintf(m->blocks[bi].name, sizeof m->blocks[bi].name, "%s", json_is_string(nm) ? json_string_value(nm) : json_string_value(t));
     }
     if (m->n_blocks == 0) return dt_errorf(DT_ERR_INVALID, "%s: the description has no layers", w->what);
@@ -570,7 +641,7 @@ dt_status dt_desc_build(dt_builder *bd, const char *text, const char *what, cons
     json_error_t err;
     json_t *root = json_loads(text, 0, &err);
     if (!root) return dt_errorf(DT_ERR_FORMAT, "%s: not valid JSON at line %d: %s", what, err.line, err.text);
-    walk w = {.bd = bd, .what = what};
+    walk w = {.bd = bd, .what = what, .sp = bd->m->cfg.seq_parallel && bd->m->cfg.tp_size > 1 ? bd->m->cfg.tp_size : 0};
     dt_status st = DT_OK;
     dt_shape sh;
     const char *k;
@@ -600,8 +671,9 @@ dt_status dt_desc_build(dt_builder *bd, const char *text, const char *what, cons
         bool any = false;
         for (int i = 0; i < bd->m->n_layers; i++) any |= bd->m->layers[i].tp != DT_TP_NONE;
         if (!any)
-            st = dt_errorf(DT_ERR_INVALID, "%s: --tp %d, but the description marks no tensor-parallel layers (\"tp\": "
-                           "\"column\" and \"row\" on linears, \"pair\" on swiglu; docs/MODELS.md)", what, bd->m->cfg.tp_size);
+            st = dt_errorf(DT_ERR_INVALID, "%s: --tp %d%s, but the description marks no tensor-parallel layers (\"tp\": "
+                           "\"column\" and \"row\" on linears, \"pair\" on swiglu; docs/MODELS.md)", what, bd->m->cfg.tp_size,
+                           w.sp ? " --sequence-parallel" : "");
     }
 done:
     json_decref(root);

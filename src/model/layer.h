@@ -17,6 +17,7 @@ typedef struct dt_shape {
     int64_t d[4];
     bool tokens;   /* integer token ids (the model's input), not floats */
     bool split;    /* the last dimension is this rank's tensor-parallel shard */
+    bool seq;      /* --sequence-parallel: d[0] (positions) is this rank's 1/tp of the token rows (seq_parallel.c) */
 } dt_shape;
 
 typedef struct dt_layer dt_layer;
@@ -59,9 +60,16 @@ struct dt_layer {
     float f[2];               /* the type's real settings (eps, rate) */
     size_t off[4];            /* arena offsets of its tensors */
     int tp;                   /* DT_TP_NONE | COLUMN | ROW */
+    /* --sequence-parallel (seq_parallel.c): the tp group size when the layer
+     * touches the sequence split: a column-parallel linear (swiglu) gathers its
+     * input, a row-parallel one scatters its output, a layer with replicated
+     * parameters on the local rows sums their gradients, dropout keys its rows
+     * by their place in the whole sequence; 0 otherwise. */
+    int sp;
     bool reads_batch;         /* the first layer of the model: input is the batch */
     int lowp;                 /* --precision bf16|fp16: DT_LOWP_* (GEMM and convolution operands rounded) */
-    int index;                /* position in the model's layer array */
+    int index;                /* position in the model's layer array, the layers --sequence-parallel inserts not
+                                 counted (dropout's masks are keyed by it: the same in every layout) */
 };
 
 /* ---- --precision bf16 and fp16 ---------------------------------------------------
@@ -108,6 +116,8 @@ size_t dt_ls_param(dt_lsetup *s, const char *suffix, int ndim, const int64_t *sh
 dt_status dt_ls_fail(dt_lsetup *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int dt_ls_tp_size(const dt_lsetup *s);
 int dt_ls_tp_rank(const dt_lsetup *s);
+/* The tp group size under --sequence-parallel (with --tp > 1), else 0. */
+int dt_ls_seq_parallel(const dt_lsetup *s);
 /* Marks the last n tensors declared as buffers: kept and checkpointed, never
  * given a gradient (batch norm's running statistics). */
 void dt_ls_buffers(dt_lsetup *s, int n);
@@ -133,6 +143,35 @@ extern const dt_layer_type dt_layer_linear, dt_layer_layernorm, dt_layer_embeddi
 /* Finds a leaf type by name (NULL: unknown); lists the known names into buf. */
 const dt_layer_type *dt_layer_find(const char *type);
 void dt_layer_names(char *buf, size_t n);
+
+/* ---- sequence parallelism (seq_parallel.c) ---------------------------------------
+ * Inside the region, the B x T token rows of a micro-batch (in order) are split
+ * into tp contiguous parts, part r on tp rank r. A buffer of n floats of whole
+ * rows holds the parts in rank order: this rank's part starts at dt_sp_off.
+ * dt_sp_allgather: in place, every rank's part to every rank (this rank's must
+ * be in place); dt_sp_reduce_scatter: in place, this rank's part becomes the
+ * sum over the group; dt_sp_sum_into: all-reduces tmp (n) and adds it into dst.
+ * Failures are recorded in the block's sticky tp status (no collective starts
+ * after one); without a tp group the collectives are no-ops. */
+size_t dt_sp_off(const dt_block *b, size_t n);
+void dt_sp_allgather(const dt_block *b, float *buf, size_t n);
+void dt_sp_reduce_scatter(const dt_block *b, float *buf, size_t n);
+void dt_sp_sum_into(const dt_block *b, float *tmp, float *dst, size_t n);
+/* Where desc.c places the region's ends, from a top-level block's description:
+ * dt_sp_marked: j marks a tensor-parallel layer anywhere inside (the block
+ * enters, or stays in, the region). dt_sp_leave_at: in a block that leaves it,
+ * how many leading layers of its top container (a sequential or a repeat) work
+ * on any rows (norms, activations, dropout) and stay inside; 0: the region
+ * ends at the block's start. dt_sp_enter_check: the one-line refusal when the
+ * block's input shape cannot be split (what: the description, name: the block).
+ * dt_sp_layer_init: makes the new leaf l the layer that enters (whole rows ->
+ * this rank's) or leaves (-> whole) for a tp group of sp, in block b (whose
+ * planner bytes it counts); sh becomes its output shape. */
+struct json_t;
+bool dt_sp_marked(const struct json_t *j);
+int dt_sp_leave_at(const struct json_t *block);
+dt_status dt_sp_enter_check(const dt_shape *sh, int sp, const char *what, const char *name);
+void dt_sp_layer_init(dt_layer *l, dt_block *b, bool enter, int sp, dt_shape *sh);
 
 /* seq.c: the block whose layers are the tree rooted at root. */
 extern const dt_block_ops dt_block_layers_ops;

@@ -16,35 +16,110 @@ static int64_t N_of(const dt_layer *l, const dt_lctx *c) { return (int64_t)c->ba
 
 /* ---- linear: d = {IC, OC, bias, parts} (local sizes); off = {weight, bias} ---- */
 
-/* Scratch: the fused ReLU's masked gradient (N, OC), then dt_lin_floats (bf16/fp16). */
-static size_t lin_scratch(const dt_layer *l, int B) {
-    const int64_t N = (int64_t)B * l->rows;
+/* Rows the GEMM multiplies: a column-parallel linear under --sequence-parallel
+ * multiplies the gathered rows of every rank (seq_parallel.c). */
+static int64_t lin_rows(const dt_layer *l, int B) {
+    return (int64_t)B * l->rows * (l->sp && l->tp == DT_TP_COLUMN ? l->sp : 1);
+}
+
+/* --sequence-parallel's scratch: column, the gathered input and its gradient;
+ * row, the whole partial output (forward) or output gradient (backward); a
+ * linear without "tp" on this rank's rows, its parameter gradients' increment. */
+static size_t lin_sp_floats(const dt_layer *l, int B) {
+    const size_t N = (size_t)lin_rows(l, B), IC = (size_t)l->d[0], OC = (size_t)l->d[1];
+    if (!l->sp) return 0;
+    if (l->tp == DT_TP_COLUMN) return 2 * ((N * IC + 15) & ~(size_t)15);
+    if (l->tp == DT_TP_ROW) return N * OC;
+    return ((IC * OC + 15) & ~(size_t)15) + OC;
+}
+
+/* Scratch: the fused ReLU's masked gradient (N, OC), then dt_lin_floats (bf16/fp16),
+ * then lin_sp_floats. */
+static size_t lin_base(const dt_layer *l, int B) {
+    const int64_t N = lin_rows(l, B);
     return (l->ops->uses_out ? (size_t)N * (size_t)l->d[1] : 0) + dt_lin_floats(l, N, l->d[0], l->d[1]);
+}
+static size_t lin_scratch(const dt_layer *l, int B) { return lin_base(l, B) + lin_sp_floats(l, B); }
+
+static void lin_bias(float *out, const float *bias, int64_t N, int OC) {
+    if (!bias) return;
+    for (int64_t i = 0; i < N; i++) {
+        float *o = out + (size_t)i * OC;
+        for (int j = 0; j < OC; j++) o[j] += bias[j];
+    }
 }
 
 static void lin_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
                         float *scratch) {
-    int N = (int)N_of(l, c), IC = l->d[0], OC = l->d[1];
+    int B = c->batch->B, N = (int)lin_rows(l, B), IC = l->d[0], OC = l->d[1];
     const float *bias = l->d[2] ? c->P + l->off[1] : NULL;
-    float *at = scratch + (l->ops->uses_out ? (size_t)N * OC : 0);
-    if (l->tp == DT_TP_ROW && c->b->tp) {
+    float *at = scratch + (l->ops->uses_out ? (size_t)N * OC : 0), *sp = scratch + lin_base(l, B);
+    size_t n_out = (size_t)B * l->out_dim;
+    if (l->sp && l->tp == DT_TP_COLUMN) { /* the whole sequence's rows from every rank */
+        memcpy(sp + dt_sp_off(c->b, (size_t)N * IC), in, (size_t)B * l->in_dim * sizeof(float));
+        dt_sp_allgather(c->b, sp, (size_t)N * IC);
+        dt_lin_forward(l, out, sp, c->P + l->off[0], bias, N, IC, OC, at);
+    } else if (l->sp && l->tp == DT_TP_ROW) { /* partial sums scattered: this rank's rows summed */
+        dt_lin_forward(l, sp, in, c->P + l->off[0], NULL, N, IC, OC, at);
+        dt_sp_reduce_scatter(c->b, sp, (size_t)N * OC);
+        memcpy(out, sp + dt_sp_off(c->b, (size_t)N * OC), n_out * sizeof(float));
+        lin_bias(out, bias, (int64_t)n_out / OC, OC);
+    } else if (l->tp == DT_TP_ROW && c->b->tp) {
         /* g: partial products summed over the group, then the replicated bias once. */
         dt_lin_forward(l, out, in, c->P + l->off[0], NULL, N, IC, OC, at);
         dt_block_tp_allreduce(c->b, out, (size_t)N * OC);
-        if (bias)
-            for (int i = 0; i < N; i++) {
-                float *o = out + (size_t)i * OC;
-                for (int j = 0; j < OC; j++) o[j] += bias[j];
-            }
+        lin_bias(out, bias, N, OC);
     } else {
         dt_lin_forward(l, out, in, c->P + l->off[0], bias, N, IC, OC, at);
     }
-    if (l->ops->uses_out) dt_relu_forward(out, out, (size_t)N * OC);
+    if (l->ops->uses_out) dt_relu_forward(out, out, n_out);
+}
+
+/* Backward under --sequence-parallel (l->sp). */
+static void lin_sp_backward(const dt_layer *l, const dt_lctx *c, const float *in, const float *out,
+                            const float *dout, float *din, float *scratch) {
+    int B = c->batch->B, N = (int)lin_rows(l, B), IC = l->d[0], OC = l->d[1];
+    float *at = scratch + (l->ops->uses_out ? (size_t)N * OC : 0), *sp = scratch + lin_base(l, B);
+    float *dw = c->G + l->off[0], *db = l->d[2] ? c->G + l->off[1] : NULL;
+    const float *w = c->P + l->off[0], *dpre = dout;
+    if (l->ops->uses_out && l->tp != DT_TP_ROW) { /* fused ReLU; the row's is applied to its own rows below */
+        dt_relu_mask(scratch, dout, out, (size_t)B * l->out_dim);
+        dpre = scratch;
+    }
+    if (l->tp == DT_TP_COLUMN) { /* the input gathered again; its gradient reduce-scattered */
+        size_t n = (size_t)N * IC, part = (size_t)B * l->in_dim;
+        float *x = sp, *dx = sp + ((n + 15) & ~(size_t)15);
+        memcpy(x + dt_sp_off(c->b, n), in, part * sizeof(float));
+        dt_sp_allgather(c->b, x, n);
+        if (din) memset(dx, 0, n * sizeof(float));
+        dt_lin_backward(l, din ? dx : NULL, dw, db, dpre, x, w, N, IC, OC, at);
+        if (!din) return;
+        dt_sp_reduce_scatter(c->b, dx, n);
+        const float *mine = dx + dt_sp_off(c->b, n);
+        for (size_t k = 0; k < part; k++) din[k] += mine[k];
+    } else if (l->tp == DT_TP_ROW) { /* the output gradient gathered: the rest is plain tp's */
+        size_t n = (size_t)N * OC, part = (size_t)B * l->out_dim;
+        float *dy = sp + dt_sp_off(c->b, n);
+        if (l->ops->uses_out) dt_relu_mask(dy, dout, out, part);
+        else memcpy(dy, dout, part * sizeof(float));
+        dt_sp_allgather(c->b, sp, n);
+        dt_lin_backward(l, din, dw, db, sp, in, w, N, IC, OC, at);
+    } else { /* replicated parameters on this rank's rows: their gradients summed over the group */
+        size_t nw = ((size_t)IC * OC + 15) & ~(size_t)15;
+        memset(sp, 0, (nw + (size_t)OC) * sizeof(float));
+        dt_lin_backward(l, din, sp, db ? sp + nw : NULL, dpre, in, w, N, IC, OC, at);
+        dt_sp_sum_into(c->b, sp, dw, (size_t)IC * OC);
+        if (db) dt_sp_sum_into(c->b, sp + nw, db, (size_t)OC);
+    }
 }
 
 static void lin_backward(const dt_layer *l, const dt_lctx *c, const float *in, const float *out,
                          const float *dout, float *din, const float *saved, float *scratch) {
-    int N = (int)N_of(l, c), IC = l->d[0], OC = l->d[1];
+    if (l->sp) {
+        lin_sp_backward(l, c, in, out, dout, din, scratch);
+        return;
+    }
+    int N = (int)lin_rows(l, c->batch->B), IC = l->d[0], OC = l->d[1];
     const float *dpre = dout;
     if (l->ops->uses_out) { /* fused ReLU */
         size_t n = (size_t)N * OC;
@@ -83,8 +158,13 @@ static dt_status lin_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_sha
     if (mode == DT_TP_COLUMN && OC % (T * parts))
         return dt_ls_fail(s, "'out' %lld is not divisible by --tp %d x tp_parts %lld", (long long)OC, T, (long long)parts);
     int64_t OCl = mode == DT_TP_COLUMN ? OC / T : OC;
+    int sp = dt_ls_seq_parallel(s);
+    if (sp && mode == DT_TP_COLUMN && !in->seq)
+        return dt_ls_fail(s, "under --sequence-parallel a column-parallel linear's input must be split along the "
+                          "sequence (a (positions, width) input at its block's start or after a row-parallel linear)");
     l->ops = act ? &lin_relu_ops : &lin_ops;
     l->tp = mode;
+    l->sp = sp && (mode == DT_TP_ROW || in->seq) ? sp : 0;
     l->d[0] = (int)ICl;
     l->d[1] = (int)OCl;
     l->d[2] = bias;
@@ -102,11 +182,25 @@ static dt_status lin_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_sha
         if (mode == DT_TP_COLUMN) l->off[1] = dt_ls_param(s, "bias", 1, bs, DT_INIT_UNIFORM, bound, false, DT_SPLIT_COLS, (int)parts, ps, pl);
         else l->off[1] = dt_ls_param(s, "bias", 1, bs, DT_INIT_UNIFORM, bound, false, DT_SPLIT_NONE, 0, NULL, NULL);
     }
-    dt_ls_flops(s, (l->reads_batch ? 4 : 6) * l->rows * ICl * OCl);
-    if (mode == DT_TP_COLUMN) dt_ls_tp_bytes(s, 4 * l->rows * IC);  /* f: the input's gradient */
-    if (mode == DT_TP_ROW) dt_ls_tp_bytes(s, 4 * l->rows * OC);     /* g: the output */
+    int64_t rows = l->rows * (l->sp && mode == DT_TP_COLUMN ? sp : 1); /* the GEMM's */
+    dt_ls_flops(s, (l->reads_batch ? 4 : 6) * rows * ICl * OCl);
+    /* as all-reduces' bytes (an all-reduce = a reduce-scatter + an all-gather): plain tp's f (the input's
+     * gradient) and g (the output); sequence-parallel, the column's gather, re-gather and reduce-scatter
+     * (1.5 all-reduces) and the row's reduce-scatter and gather (one) */
+    if (mode == DT_TP_COLUMN) dt_ls_tp_bytes(s, (l->sp ? 6 : 4) * rows * IC);
+    if (mode == DT_TP_ROW) dt_ls_tp_bytes(s, 4 * rows * OC);
     out->d[out->nd - 1] = OCl;
     out->split = mode == DT_TP_COLUMN;
+    if (l->sp && mode == DT_TP_COLUMN) { /* the whole sequence out, split by features */
+        out->d[0] *= sp;
+        out->seq = false;
+    }
+    if (l->sp && mode == DT_TP_ROW) {
+        if (in->nd != 2 || in->d[0] % sp)
+            return dt_ls_fail(s, "under --sequence-parallel needs a (positions, width) input with positions divisible by --tp %d", sp);
+        out->d[0] /= sp;
+        out->seq = true;
+    }
     return dt_ls_status(s);
 }
 
@@ -124,15 +218,27 @@ static void ln_forward(const dt_layer *l, const dt_lctx *c, const float *in, flo
     dt_layernorm_forward(out, saved, rstd, in, c->P + l->off[0], c->P + l->off[1], N, l->d[0]);
 }
 
+/* Under --sequence-parallel the weight and bias gradients of this rank's rows
+ * go to scratch (C floats each, 16-aligned) and are summed over the tp group. */
+static size_t ln_scratch(const dt_layer *l, int B) { return l->sp ? 2 * (((size_t)l->d[0] + 15) & ~(size_t)15) : 0; }
+
 static void ln_backward(const dt_layer *l, const dt_lctx *c, const float *in, const float *out,
                         const float *dout, float *din, const float *saved, float *scratch) {
-    int N = (int)N_of(l, c);
+    int N = (int)N_of(l, c), C = l->d[0];
     const float *rstd = saved + ((size_t)(l->rows * c->batch->B + 15) & ~(size_t)15);
-    dt_layernorm_backward(din, c->G + l->off[0], c->G + l->off[1], dout, in, c->P + l->off[0], saved, rstd, N,
-                          l->d[0]);
+    float *dw = c->G + l->off[0], *db = c->G + l->off[1];
+    if (l->sp) {
+        memset(scratch, 0, ln_scratch(l, c->batch->B) * sizeof(float));
+        dw = scratch;
+        db = scratch + ln_scratch(l, c->batch->B) / 2;
+    }
+    dt_layernorm_backward(din, dw, db, dout, in, c->P + l->off[0], saved, rstd, N, C);
+    if (!l->sp) return;
+    dt_sp_sum_into(c->b, dw, c->G + l->off[0], (size_t)C);
+    dt_sp_sum_into(c->b, db, c->G + l->off[1], (size_t)C);
 }
 
-static const dt_layer_ops ln_ops = {"layernorm", false, ln_saved, none, ln_forward, ln_backward};
+static const dt_layer_ops ln_ops = {"layernorm", false, ln_saved, ln_scratch, ln_forward, ln_backward};
 
 static dt_status ln_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_shape *out) {
     float eps;
@@ -142,6 +248,7 @@ static dt_status ln_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_shap
     if (in->tokens || in->split) return dt_ls_fail(s, "needs a whole float input (not tokens, not a tp shard)");
     int64_t C = in->d[in->nd - 1];
     l->d[0] = (int)C;
+    l->sp = in->seq ? dt_ls_seq_parallel(s) : 0;
     l->off[0] = dt_ls_param(s, "weight", 1, &C, DT_INIT_CONST, 1.0f, false, DT_SPLIT_NONE, 0, NULL, NULL);
     l->off[1] = dt_ls_param(s, "bias", 1, &C, DT_INIT_CONST, 0.0f, false, DT_SPLIT_NONE, 0, NULL, NULL);
     return dt_ls_status(s);
@@ -206,7 +313,7 @@ static void pos_backward(const dt_layer *l, const dt_lctx *c, const float *in, c
 static const dt_layer_ops pos_ops = {"pos_embedding", false, none, none, pos_forward, pos_backward};
 
 static dt_status pos_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_shape *out) {
-    if (in->tokens || in->split || in->nd != 2) return dt_ls_fail(s, "needs a (positions, width) float input");
+    if (in->tokens || in->split || in->seq || in->nd != 2) return dt_ls_fail(s, "needs a (positions, width) float input (all positions)");
     l->d[0] = (int)in->d[0];
     l->d[1] = (int)in->d[1];
     int64_t sh[2] = {in->d[0], in->d[1]};
@@ -326,6 +433,9 @@ static dt_status att_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_sha
     dt_ls_bool(s, "rope", false, &rope);
     dt_ls_float(s, "rope_theta", 10000.0f, &l->f[0]);
     if (dt_ls_status(s)) return dt_ls_status(s);
+    if (in->seq)
+        return dt_ls_fail(s, "needs every position: under --sequence-parallel put it between a column-parallel and a "
+                          "row-parallel linear");
     if (!causal) return dt_ls_fail(s, "only causal attention is built");
     if (rope && !(l->f[0] > 1)) return dt_ls_fail(s, "'rope_theta' must be above 1");
     if (rope || NKV != NH) return gqa_setup(l, s, in, out, NH, NKV, rope);
@@ -358,7 +468,7 @@ static void flat_backward(const dt_layer *l, const dt_lctx *c, const float *in, 
 static const dt_layer_ops flat_ops = {"flatten", false, none, none, flat_forward, flat_backward};
 
 static dt_status flat_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_shape *out) {
-    if (in->tokens || in->split) return dt_ls_fail(s, "needs a whole float input");
+    if (in->tokens || in->split || in->seq) return dt_ls_fail(s, "needs a whole float input (all positions, all features)");
     *out = (dt_shape){.nd = 1, .d = {(int64_t)l->in_dim}};
     return DT_OK;
 }

@@ -96,7 +96,8 @@ static dt_status bn_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_shap
     dt_ls_float(s, "momentum", 0.1f, &l->f[1]);
     dt_ls_bool(s, "sync", false, &sync);
     if (dt_ls_status(s)) return dt_ls_status(s);
-    if (in->tokens || in->split) return dt_ls_fail(s, "needs a whole float input (not tokens, not a tp shard)");
+    if (in->tokens || in->split || in->seq)
+        return dt_ls_fail(s, "needs a whole float input (not tokens, not a tp shard, not a sequence part)");
     if (two_d && in->nd != 3) return dt_ls_fail(s, "needs a (channels, height, width) input");
     if (!two_d && in->nd > 2) return dt_ls_fail(s, "needs a (features) or (channels, length) input");
     if (!(l->f[0] > 0) || !(l->f[1] >= 0 && l->f[1] <= 1)) return dt_ls_fail(s, "'eps' must be > 0, 'momentum' in [0, 1]");
@@ -119,7 +120,7 @@ static dt_status bn2_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_sha
     return bn_setup(l, s, in, out, true);
 }
 
-/* ---- dropout: f = {p}; d = {rows per sample, D} -------------------------------------- */
+/* ---- dropout: f = {p}; d = {rows per sample (this rank's), D} -------------------------------------- */
 
 static size_t none(const dt_layer *l, int B) { return 0; }
 
@@ -129,31 +130,43 @@ static uint64_t drop_seed(const dt_layer *l, const dt_batch *b) {
 
 static bool drop_active(const dt_layer *l, const dt_batch *b) { return !b->eval && b->ids && l->f[0] > 0; }
 
+/* Each row's key is its sample's dataset index times the rows per sample plus
+ * its place in the sample. Under --sequence-parallel this rank holds the rows
+ * [off, off + n) of the micro-batch's whole ones (seq_parallel.c): they are
+ * walked in runs that stay inside one sample. */
+static void drop_rows(const dt_layer *l, const dt_lctx *c, float *out, const float *in, bool fwd) {
+    const dt_batch *b = c->batch;
+    int64_t T = (int64_t)l->d[0] * (l->sp ? l->sp : 1), D = l->d[1], n = (int64_t)b->B * l->d[0];
+    int64_t off = l->sp ? (int64_t)dt_sp_off(c->b, (size_t)(n * l->sp)) : 0;
+    uint64_t seed = drop_seed(l, b);
+    for (int64_t k = 0; k < n;) {
+        int64_t g = off + k, i = g / T, pos = g % T, run = T - pos < n - k ? T - pos : n - k;
+        uint64_t key = (uint64_t)b->ids[i] * (uint64_t)T + (uint64_t)pos;
+        if (fwd) dt_dropout_forward(out + k * D, in + k * D, (int)run, (int)D, l->f[0], seed, key);
+        else dt_dropout_backward(out + k * D, in + k * D, (int)run, (int)D, l->f[0], seed, key);
+        k += run;
+    }
+}
+
 static void drop_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
                          float *scratch) {
     const dt_batch *b = c->batch;
-    size_t per = l->in_dim;
     if (!drop_active(l, b)) {
-        memcpy(out, in, (size_t)b->B * per * sizeof(float));
+        memcpy(out, in, (size_t)b->B * l->in_dim * sizeof(float));
         return;
     }
-    uint64_t seed = drop_seed(l, b);
-    for (int i = 0; i < b->B; i++)
-        dt_dropout_forward(out + i * per, in + i * per, l->d[0], l->d[1], l->f[0], seed, (uint64_t)b->ids[i] * (uint64_t)l->d[0]);
+    drop_rows(l, c, out, in, true);
 }
 
 static void drop_backward(const dt_layer *l, const dt_lctx *c, const float *in, const float *out,
                           const float *dout, float *din, const float *saved, float *scratch) {
     const dt_batch *b = c->batch;
-    size_t per = l->in_dim;
     if (!din) return;
     if (!drop_active(l, b)) {
-        for (size_t k = 0; k < (size_t)b->B * per; k++) din[k] += dout[k];
+        for (size_t k = 0; k < (size_t)b->B * l->in_dim; k++) din[k] += dout[k];
         return;
     }
-    uint64_t seed = drop_seed(l, b);
-    for (int i = 0; i < b->B; i++)
-        dt_dropout_backward(din + i * per, dout + i * per, l->d[0], l->d[1], l->f[0], seed, (uint64_t)b->ids[i] * (uint64_t)l->d[0]);
+    drop_rows(l, c, din, dout, false);
 }
 
 static const dt_layer_ops drop_ops = {"dropout", false, none, none, drop_forward, drop_backward};
@@ -165,6 +178,7 @@ static dt_status drop_setup(dt_layer *l, dt_lsetup *s, const dt_shape *in, dt_sh
     if (!(l->f[0] >= 0 && l->f[0] < 1)) return dt_ls_fail(s, "'p' must be in [0, 1)");
     l->d[1] = (int)in->d[in->nd - 1];
     l->d[0] = (int)(l->in_dim / (size_t)l->d[1]);
+    l->sp = in->seq ? dt_ls_seq_parallel(s) : 0;
     return DT_OK;
 }
 

@@ -174,6 +174,9 @@ dt_status dt_train_cfg_check(const dt_train_cfg *c) {
     if (c->pipe.micro_batches < 1) return dt_errorf(DT_ERR_INVALID, "--micro-batches must be >= 1");
     if ((st = pipe_check(c))) return st;
     if (c->tp < 1 || c->tp > 256) return dt_errorf(DT_ERR_INVALID, "--tp %d is out of range [1, 256]", c->tp);
+    if (c->model.seq_parallel && c->tp < 2)
+        return dt_errorf(DT_ERR_INVALID, "--sequence-parallel splits the sequence across the tensor-parallel group: it "
+                         "needs --tp T (T > 1)");
     bool byz = false;
     for (int i = 0; i < c->n_inject; i++) byz |= c->inject[i].kind == DT_INJECT_BYZANTINE;
     if ((c->strategy == DT_STRATEGY_LOCALSGD || c->agg.kind != DT_AGG_NONE || byz || c->balance_dynamic) &&

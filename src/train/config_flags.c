@@ -552,6 +552,9 @@ static const dt_flag train_flags[] = {
     INT("compress-warmup", DT_FLAG_I64, dp.comp.warmup, 0, INT64_MAX / 2, TR, S_PAR, "N", "first N steps uncompressed"),
     INT("accum", DT_FLAG_INT, accum, 1, 1 << 20, TR, S_PAR, "K", "micro-batches per step, no sync in between"),
     INT("tp", DT_FLAG_INT, tp, 1, 256, TR, S_PAR, "T", "tensor (Megatron) parallel group size: mlp and gpt"),
+    SW("sequence-parallel", model.seq_parallel, false, S_PAR, "with --tp: layer norms, dropout and residuals of the "
+       "tensor-parallel blocks on 1/T of the sequence each (all-gather and reduce-scatter replace the all-reduces; "
+       "their activations divided by T)"),
     INT("pp", DT_FLAG_INT, pp, 1, 256, TR, S_PAR, "P", "pipeline stages; the world is dp x pp x tp, dp = N/(P*T)"),
     INT("micro-batches", DT_FLAG_INT, pipe.micro_batches, 1, 1 << 16, TR, S_PAR, "M", "micro-batches per step through the pipeline"),
     CH("schedule", schedule, pipe.schedule, TR, S_PAR, "gpipe|1f1b|interleaved", "pipeline schedule"),

@@ -195,13 +195,14 @@ static int V_of(const tr_run *r) {
 }
 
 /* --pp-partition auto: rank 0 times every block on a micro-batch of real
- * data; every rank splits alike. */
+ * data (with its tensor-parallel peers, ranks 0 .. T-1, whose blocks' all-reduces
+ * it meets); every rank splits alike. */
 static dt_status partition_auto(tr_run *r) {
     dt_model *m = r->m;
     double *cost = dt_calloc((size_t)m->n_blocks, sizeof(double));
     if (!cost) return dt_errorf(DT_ERR_NOMEM, "out of memory");
     dt_status st = DT_OK;
-    if (r->rank == 0) {
+    if (r->rank < r->TP) {
         dt_loader_first(&r->ld, r->micro_max);
         dt_batch pb = {.B = r->micro_max, .x = r->ld.x, .tokens = r->ld.tokens, .targets = r->ld.targets,
                        .y = r->ld.y, .loss_scale = 1.0f / (float)r->micro_max, .recompute = true /* statistics untouched */};

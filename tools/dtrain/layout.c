@@ -51,6 +51,7 @@ static const char *unmodelled(const dt_train_cfg *cfg) {
     if (cfg->strategy == DT_STRATEGY_HOGWILD) return "hogwild";
     if (cfg->agg.kind != DT_AGG_NONE) return "--aggregate";
     if (cfg->accum > 1) return "--accum";
+    if (cfg->model.seq_parallel) return "--sequence-parallel";
     for (int i = 0; i < cfg->n_inject; i++)
         if (cfg->inject[i].kind == DT_INJECT_BYZANTINE) return "--inject byzantine";
     return NULL;
