@@ -28,7 +28,7 @@ done
 grep -Eq '^ +[0-9]+ +[0-9]+ +2 +[0-9] +[0-9]+ il2 ' <<<"$out" && ok "interleaved rows listed (il2)" ||
   { fail "no il2 row"; indent <<<"$out"; }
 "$dt" plan --cluster "$tmp/c.json" --model gpt --json --top 100000 > "$tmp/il.json" 2>&1 &&
-  python3 - "$tmp/il.json" <<'PY' && ok "--json: interleaved rows with V, pp x V chunks and the runtime's flags" || { fail "--json interleaved"; head -c 2000 "$tmp/il.json" | indent; }
+  python3 - "$tmp/il.json" <<'PY' && ok "--json: interleaved rows with V, pp x V chunks and the runtime's flags; sequence-parallel rows with --sequence-parallel" || { fail "--json interleaved"; head -c 2000 "$tmp/il.json" | indent; }
 import json, sys
 a = [x for x in json.load(open(sys.argv[1])) if x["schedule"] == "interleaved"]
 assert a
@@ -37,6 +37,8 @@ for x in a:
     assert V in (2, 4) and pp > 1 and M % pp == 0
     assert len(x["partition"].split(",")) == pp * V
     assert f"--schedule interleaved --virtual-stages {V}" in x["command"]
+sp = [x for x in json.load(open(sys.argv[1])) if x["sequence_parallel"]]
+assert sp and all(x["tp"] > 1 and "--sequence-parallel" in x["command"] for x in sp)
 PY
 # one runs as planned, its memory what the planner predicted (no base in the file: dtrain's own bytes)
 cat > "$tmp/one.json" <<'J'

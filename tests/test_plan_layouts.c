@@ -259,8 +259,47 @@ static void enumeration(void) {
     dt_free(v);
 }
 
+/* --sequence-parallel: the gpt compiled with it. Its tensor-parallel bytes are
+ * 5/4 of plain tp's (an all-reduce's volume in a reduce-scatter and an
+ * all-gather, plus the column pairs' second gather of their input and the
+ * region's two transitions: src/model/seq_parallel.c), its activations fewer;
+ * no tp, or a model without a sequence, refused in one line; enumerated
+ * beside every tp > 1 layout. */
+static void sequence_parallel(void) {
+    dt_model_cfg mc;
+    dt_model_cfg_default(&mc, DT_MODEL_GPT);
+    dt_plan_in in = {.model = &mc, .batch = 16, .adam = true, .cluster = cluster(1, 4, 4)};
+    dt_plan_layout l = {.dp = 2, .tp = 2, .pp = 1, .micro = 1}, s = l;
+    s.seqpar = true;
+    dt_plan_pred a, b;
+    test_cond("seqpar: both predicted", dt_plan_predict(&in, &l, &a) == DT_OK && dt_plan_predict(&in, &s, &b) == DT_OK);
+    printf("gpt dp 2 x tp 2: tp comm %.3f ms plain, %.3f ms sequence parallel; activations %.1f MB, %.1f MB\n",
+           1e3 * a.tp_s, 1e3 * b.tp_s, a.mem.acts / 1e6, b.mem.acts / 1e6);
+    test_cond("seqpar: more tp bytes than plain tp, at most 1.5x", b.tp_s > a.tp_s && b.tp_s <= 1.5 * a.tp_s);
+    test_cond("seqpar: fewer activations", b.mem.acts < a.mem.acts);
+    s.tp = 1, s.dp = 4;
+    refuse(&in, s, "--sequence-parallel needs tp > 1");
+    dt_model_cfg_default(&mc, DT_MODEL_MLP);
+    s.tp = 2, s.dp = 2;
+    dt_plan_pred p;
+    test_cond("seqpar: the mlp refused", dt_plan_predict(&in, &s, &p) == DT_ERR_INVALID);
+    dt_model_cfg_default(&mc, DT_MODEL_GPT);
+    dt_plan_pred *v = NULL;
+    int n = 0, sp = 0, tp2 = 0;
+    test_cond("seqpar: enumerated", dt_plan_layouts(&in, &v, &n) == DT_OK);
+    for (int i = 0; i < n; i++) {
+        sp += v[i].l.seqpar;
+        tp2 += v[i].l.tp > 1 && !v[i].l.seqpar;
+        if (v[i].l.seqpar && v[i].l.tp < 2) sp = -1000;
+    }
+    printf("seqpar: %d of %d layouts, %d plain tp ones\n", sp, n, tp2);
+    test_cond("seqpar: one beside every tp layout", sp == tp2 && sp > 0);
+    dt_free(v);
+}
+
 int main(void) {
     one_rank();
+    sequence_parallel();
     bucket_rule();
     spare_core();
     unequal_hosts();

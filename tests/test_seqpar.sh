@@ -82,7 +82,7 @@ done
 # refusals, one line each
 expect "needs --tp T" $SP $GPT --steps 1
 expect "needs --tp T" -n 2 $SP $GPT --steps 1
-expect "does not model --sequence-parallel" -n 2 --layout auto $SP $GPT --steps 1
+expect "--layout auto chooses --sequence-parallel itself" -n 2 --layout auto $SP $GPT --steps 1
 expect "the mlp has none" -n 2 --tp 2 $SP --model mlp --hidden 64,48 --steps 1
 expect "must divide --block-size 15" -n 2 --tp 2 $SP $GPT --block-size 15 --steps 1
 cat > "$tmp/plain.json" <<'JSON'

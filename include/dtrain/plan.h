@@ -186,6 +186,8 @@ typedef struct dt_plan_layout {
                                     * (2..DT_PIPE_MAX_VIRTUAL, --virtual-stages); 0 or 1
                                     * otherwise */
     bool recompute;
+    bool seqpar;                   /* --sequence-parallel (tp > 1): the model compiled with it
+                                    * (its activations and tp bytes) */
     dt_comp_cfg comp;              /* gradient compression (plain dp, tp = pp = 1) */
     int servers;                   /* > 0: the parameter server (BSP) on the last `servers`
                                     * ranks, dp workers; tp = pp = 1, no ZeRO */

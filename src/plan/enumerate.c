@@ -2,7 +2,8 @@
  * pp with tp inside a host; ZeRO 0-3; for pipelines 1-64 micro-batches (powers
  * of 2 the batch allows), GPipe, 1F1B and interleaved 1F1B at V = 2 and 4
  * (where the runtime takes it: micro-batches a multiple of pp,
- * pp x V blocks at least), recomputation or not; for plain data parallelism the codecs
+ * pp x V blocks at least), recomputation or not; with tp > 1 sequence
+ * parallelism or not (where the model takes it); for plain data parallelism the codecs
  * (fp16, int8, topk:0.01, sign) and the parameter server with 1 or 2 servers
  * (BSP); on hosts of unequal speed, plain data parallelism split by speed.
  * Fitting layouts first, then by predicted step. Cost: one dt_plan_predict per
@@ -65,19 +66,33 @@ static const struct {
     int virt;
 } schedules[] = {{DT_PLAN_1F1B, 1}, {DT_PLAN_GPIPE, 1}, {DT_PLAN_INTERLEAVED, 2}, {DT_PLAN_INTERLEAVED, 4}};
 
+/* Whether the model compiles with --sequence-parallel at tensor degree tp. */
+static bool seqpar_ok(const dt_plan_in *in, int tp) {
+    dt_model_cfg mc = *in->model;
+    mc.tp_size = tp;
+    mc.tp_rank = 0;
+    mc.seq_parallel = true;
+    dt_model *m = NULL;
+    bool ok = tp > 1 && dt_model_probe(&mc, &m) == DT_OK;
+    dt_model_destroy(m);
+    return ok;
+}
+
 static dt_status degrees(list *x, const dt_plan_in *in, int W, int tp, int pp) {
     int dp = W / (tp * pp), n_sched = pp > 1 ? (int)(sizeof schedules / sizeof *schedules) : 1;
+    int n_sp = seqpar_ok(in, tp) ? 2 : 1;
     dt_status st = DT_OK;
     for (int zero = 0; zero <= (dp > 1 ? 3 : 0) && !st; zero++)
         for (int M = 1; M <= (pp > 1 ? 64 : 1) && M * dp <= in->batch && !st; M *= 2)
             for (int sch = 0; sch < n_sched && !st; sch++) {
                 bool il = schedules[sch].sched == DT_PLAN_INTERLEAVED;
                 if (il && M % pp) continue; /* refused: spare the prediction */
-                for (int rc = 0; rc <= (pp > 1) && !st; rc++) {
-                    dt_plan_layout l = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .micro = M,
-                                        .sched = schedules[sch].sched, .virt = schedules[sch].virt, .recompute = rc};
-                    st = add(x, in, &l);
-                }
+                for (int rc = 0; rc <= (pp > 1) && !st; rc++)
+                    for (int sp = 0; sp < n_sp && !st; sp++) {
+                        dt_plan_layout l = {.dp = dp, .tp = tp, .pp = pp, .zero = zero, .micro = M, .recompute = rc,
+                                            .sched = schedules[sch].sched, .virt = schedules[sch].virt, .seqpar = sp};
+                        st = add(x, in, &l);
+                    }
             }
     return st;
 }
@@ -97,10 +112,10 @@ static int by_prediction(const void *a, const void *b) {
      * depends on the enumeration's */
     const dt_plan_layout *la = &x->l, *lc = &y->l;
     if (la->sched != lc->sched) return sched_rank(la->sched) < sched_rank(lc->sched) ? -1 : 1;
-    const int ka[] = {la->micro, la->virt, la->pp, la->tp, la->zero, la->recompute, la->servers, la->balance,
-                      (int)la->comp.kind};
-    const int kc[] = {lc->micro, lc->virt, lc->pp, lc->tp, lc->zero, lc->recompute, lc->servers, lc->balance,
-                      (int)lc->comp.kind};
+    const int ka[] = {la->micro, la->virt, la->pp, la->tp, la->zero, la->recompute, la->seqpar, la->servers,
+                      la->balance, (int)la->comp.kind};
+    const int kc[] = {lc->micro, lc->virt, lc->pp, lc->tp, lc->zero, lc->recompute, lc->seqpar, lc->servers,
+                      lc->balance, (int)lc->comp.kind};
     for (size_t k = 0; k < sizeof ka / sizeof ka[0]; k++)
         if (ka[k] != kc[k]) return ka[k] < kc[k] ? -1 : 1;
     return 0;

@@ -247,6 +247,8 @@ dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan
     dt_model_cfg mc = *in->model;
     mc.tp_size = l->tp;
     mc.tp_rank = 0;
+    mc.seq_parallel = l->seqpar;
+    if (l->seqpar && l->tp < 2) return dt_errorf(DT_ERR_INVALID, "plan: --sequence-parallel needs tp > 1");
     dt_model *m = NULL;
     if ((st = dt_model_probe(&mc, &m))) return st;
     int V = plan_virt(l), C = l->pp * V;

@@ -31,7 +31,8 @@
 
 /* The flags a layout sets (dt_cli_plan_flags): --layout auto decides them. */
 static const char *const layout_flags[] = {"tp", "pp", "zero", "micro-batches", "schedule", "virtual-stages", "recompute",
-                                           "pp-partition", "compress", "strategy", "servers", "consistency", "balance"};
+                                           "sequence-parallel", "pp-partition", "compress", "strategy", "servers",
+                                           "consistency", "balance"};
 
 /* argv[i] is --name or --name=VALUE. */
 static bool is_flag(const char *a, const char *name) {
@@ -51,7 +52,6 @@ static const char *unmodelled(const dt_train_cfg *cfg) {
     if (cfg->strategy == DT_STRATEGY_HOGWILD) return "hogwild";
     if (cfg->agg.kind != DT_AGG_NONE) return "--aggregate";
     if (cfg->accum > 1) return "--accum";
-    if (cfg->model.seq_parallel) return "--sequence-parallel";
     for (int i = 0; i < cfg->n_inject; i++)
         if (cfg->inject[i].kind == DT_INJECT_BYZANTINE) return "--inject byzantine";
     return NULL;
@@ -169,7 +169,8 @@ static int load_cluster(const dt_cli_layout *l, const dt_train_cfg *cfg, int hos
 /* ---- the choice ---------------------------------------------------------------- */
 
 /* "dp 1 x tp 1 x pp 2 (blocks 1,3), 16 micro-batches GPipe, recompute, ZeRO-0"
- * into buf, then what the layout adds: compression, servers, a split by speed. */
+ * into buf, then what the layout adds: sequence parallelism, compression,
+ * servers, a split by speed. */
 static void describe(const dt_plan_pred *p, char *buf, size_t n) {
     const dt_plan_layout *l = &p->l;
     char comp[64] = "";
@@ -182,6 +183,7 @@ static void describe(const dt_plan_pred *p, char *buf, size_t n) {
                       l->sched == DT_PLAN_GPIPE ? "GPipe" : l->sched == DT_PLAN_1F1B ? "1F1B" : il,
                       l->recompute ? ", recompute" : "");
     if (w > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, ", ZeRO-%d", l->zero);
+    if (l->seqpar && w > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, ", sequence parallel");
     if (l->comp.kind != DT_COMP_NONE) dt_comp_name(&l->comp, comp, sizeof comp);
     if (comp[0] && w > 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, ", --compress %s", comp);
     if (l->servers && w > 0 && (size_t)w < n)

@@ -112,9 +112,10 @@ static int usage(const char *fmt, const char *a) {
     return 2;
 }
 
-/* What a layout adds to plain data parallelism: "int8", "ps:2", "balance", or "-". */
+/* What a layout adds: "seqpar" (tensor parallelism), "int8", "ps:2", "balance" (plain data parallelism), or "-". */
 static void variant(const dt_plan_layout *l, char *buf, size_t n) {
-    if (l->comp.kind != DT_COMP_NONE) dt_comp_name(&l->comp, buf, n);
+    if (l->seqpar) snprintf(buf, n, "seqpar");
+    else if (l->comp.kind != DT_COMP_NONE) dt_comp_name(&l->comp, buf, n);
     else if (l->servers) snprintf(buf, n, "ps:%d", l->servers);
     else snprintf(buf, n, "%s", l->balance ? "balance" : "-");
 }
@@ -137,6 +138,7 @@ void dt_cli_plan_flags(const dt_plan_pred *p, char *buf, size_t n) {
     int w = 0;
     if (n) buf[0] = '\0';
     if (l->tp > 1 && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --tp %d", l->tp);
+    if (l->seqpar && w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, " --sequence-parallel");
     if (l->pp > 1 && w >= 0 && (size_t)w < n)
         w += snprintf(buf + w, n - (size_t)w, " --pp %d --pp-partition %s --micro-batches %d --schedule %s", l->pp,
                       p->partition, l->micro, sched_name(l->sched));
@@ -178,6 +180,7 @@ static void print_json(const dt_plan_pred *v, int n, const char *model, const ch
         json_object_set_new(row, "codec_s", json_real(p->codec_s));
         json_object_set_new(row, "ps_s", json_real(p->ps_s));
         json_object_set_new(row, "virtual_stages", json_integer(p->l.sched == DT_PLAN_INTERLEAVED ? p->l.virt : 1));
+        json_object_set_new(row, "sequence_parallel", json_boolean(p->l.seqpar));
         if (p->l.pp > 1) json_object_set_new(row, "partition", json_string(p->partition));
     }
     char *s = json_dumps(a, JSON_INDENT(1));
