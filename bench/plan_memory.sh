@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Peak memory per rank, predicted against measured (issue 16): a GPT whose
 # model state and activations dominate the runtime (25.4M parameters) at 1, 2
-# and 4 ranks on this host, under ZeRO 0/1/2/3, --tp 2 and --pp 2 (1F1B, GPipe,
+# and 4 ranks on this host, under ZeRO 0/1/2/3, --tp 2 (and --sequence-parallel) and --pp 2 (1F1B, GPipe, interleaved,
 # --recompute). The host is described once (`dtrain plan --calibrate`: its
 # base_mb and mpi_mb are what a rank holds besides dtrain's own allocations),
 # every world planned (`dtrain plan --json`, the layout matched by dp, tp, pp,
@@ -23,13 +23,14 @@ cores=$(nproc)
 set_="n_layer=8,n_embd=512,block_size=64"
 batch=8
 run_flags="--steps 2 --eval-max 1 --log-every 1"
-# Layouts: n:dp:tp:pp:zero:micro:schedule:recompute
+# Layouts: n:dp:tp:pp:zero:micro:schedule:recompute[:sp]; schedule gpipe,
+# 1f1b or ilV (interleaved, V chunks a stage); sp: --sequence-parallel
 layouts="1:1:1:1:0:1:1f1b:0
   2:2:1:1:0:1:1f1b:0 2:2:1:1:1:1:1f1b:0 2:2:1:1:2:1:1f1b:0 2:1:2:1:0:1:1f1b:0
   2:1:1:2:0:4:1f1b:0 2:1:1:2:0:4:gpipe:0 2:1:1:2:0:4:1f1b:1
-  2:2:1:1:3:1:1f1b:0
+  2:2:1:1:3:1:1f1b:0 2:1:1:2:0:4:il2:0 2:1:2:1:0:1:1f1b:0:sp
   4:4:1:1:0:1:1f1b:0 4:4:1:1:1:1:1f1b:0 4:4:1:1:2:1:1f1b:0 4:4:1:1:3:1:1f1b:0 4:2:2:1:0:1:1f1b:0
-  4:2:1:2:1:4:1f1b:0 4:1:2:2:0:4:1f1b:0 4:2:1:2:2:4:gpipe:1"
+  4:2:1:2:1:4:1f1b:0 4:1:2:2:0:4:1f1b:0 4:2:1:2:2:4:gpipe:1 4:2:1:2:3:4:il2:0 4:2:2:1:0:1:1f1b:0:sp"
 
 cat > "$tmp/pm.py" <<'PY'
 import json, sys
@@ -51,22 +52,30 @@ def base(path, n):
     c = json.load(open(path))
     print(1e6 * (c.get("base_mb", 0) + (c.get("mpi_mb", 0) if int(n) > 1 else 0)))
 
+def fields(layout):
+    """n, dp, tp, pp, zero, micro, schedule, V, recompute, sequence parallel"""
+    n, dp, tp, pp, zero, micro, sched, rc, *sp = layout.split(":")
+    V = int(sched[2:]) if sched.startswith("il") else 1
+    return n, dp, tp, pp, zero, micro, "interleaved" if V > 1 else sched, V, rc, sp == ["sp"]
+
 def match(plan, layout):
     """the predicted row of a layout: memory bytes and the pipeline partition"""
-    n, dp, tp, pp, zero, micro, sched, rc = layout.split(":")
+    n, dp, tp, pp, zero, micro, sched, V, rc, sp = fields(layout)
     for x in json.load(open(plan)):
         same = (x["dp"], x["tp"], x["pp"], x["zero"]) == (int(dp), int(tp), int(pp), int(zero))
         same &= x.get("compress", "none") in ("none", "") and not x.get("servers") and not x.get("balance")
+        same &= x.get("sequence_parallel", False) == sp
         if int(pp) > 1:
-            same &= (x["micro_batches"], x["schedule"], x["recompute"]) == (int(micro), sched, rc == "1")
+            same &= (x["micro_batches"], x["schedule"], x["recompute"], x.get("virtual_stages", 1)) == \
+                    (int(micro), sched, rc == "1", V)
         if same: return print(f'{x["memory_bytes"]:.0f}\t{x.get("partition", "")}')
     print("none\t")
 
 def label(layout):
-    n, dp, tp, pp, zero, micro, sched, rc = layout.split(":")
+    n, dp, tp, pp, zero, micro, sched, V, rc, sp = fields(layout)
     s = f"{dp} x {tp} x {pp}, ZeRO-{zero}"
-    if int(pp) > 1: s += f", M {micro}, {sched}" + (", recompute" if rc == "1" else "")
-    return s
+    if int(pp) > 1: s += f", M {micro}, {sched}" + (f" (V {V})" if V > 1 else "") + (", recompute" if rc == "1" else "")
+    return s + (", sequence parallel" if sp else "")
 
 def row(results, layout, pred, base_b, metrics):
     """one table row; appends the errors to results"""
@@ -120,11 +129,13 @@ for n in 1 2 4; do
   base=$(pm base "$tmp/c$n.json" "$n")
   for l in $layouts; do
     [ "${l%%:*}" = "$n" ] || continue
-    IFS=: read -r _ dp tp pp zero micro sched rc <<<"$l"
+    IFS=: read -r _ dp tp pp zero micro sched rc sp <<<"$l"
     IFS=$'\t' read -r pred part < <(pm match "$tmp/plan$n.json" "$l")
     flags=()
     [ "$tp" -gt 1 ] && flags+=(--tp "$tp")
+    case $sched in il*) flags+=(--virtual-stages "${sched#il}"); sched=interleaved ;; esac
     [ "$pp" -gt 1 ] && flags+=(--pp "$pp" --micro-batches "$micro" --schedule "$sched")
+    [ "$sp" = sp ] && flags+=(--sequence-parallel)
     [ -n "$part" ] && [ "$pp" -gt 1 ] && flags+=(--pp-partition "$part")
     [ "$rc" = 1 ] && flags+=(--recompute)
     [ "$zero" -gt 0 ] && flags+=(--zero "$zero")

@@ -41,13 +41,14 @@ steps_W1=120:20 steps_W1_100mbit=12:3
 steps_W2=16:4 steps_W2_100mbit=6:2
 
 # Layouts: n:dp:tp:pp:zero:micro:schedule:recompute[:compression]; schedule
-# gpipe, 1f1b or ilV (interleaved 1F1B, V chunks a stage)
+# gpipe, 1f1b or ilV (interleaved 1F1B, V chunks a stage); compression
+# "seqpar" stands for --sequence-parallel (with tp)
 H1="1:1:1:1:0:1:1f1b:0 2:2:1:1:0:1:1f1b:0 2:2:1:1:1:1:1f1b:0 2:2:1:1:2:1:1f1b:0 2:2:1:1:3:1:1f1b:0 2:1:2:1:0:1:1f1b:0
     2:1:1:2:0:4:1f1b:0 2:1:1:2:0:4:gpipe:0 2:1:1:2:0:4:il2:0 2:2:1:1:0:1:1f1b:0:int8 4:4:1:1:0:1:1f1b:0
     4:2:2:1:0:1:1f1b:0 4:2:1:2:1:4:1f1b:0"
 H2="1:1:1:1:0:1:1f1b:0 2:2:1:1:0:1:1f1b:0 2:2:1:1:2:1:1f1b:0 2:2:1:1:3:1:1f1b:0 2:1:2:1:0:1:1f1b:0 2:1:1:2:0:4:1f1b:0
     2:1:1:2:0:4:1f1b:1 2:1:1:2:0:4:il2:0 2:2:1:1:0:1:1f1b:0:int8 4:2:2:1:0:1:1f1b:0 4:1:2:2:0:4:1f1b:0
-    4:2:1:2:0:4:il2:0"
+    4:2:1:2:0:4:il2:0 2:1:2:1:0:1:1f1b:0:seqpar 4:2:2:1:0:1:1f1b:0:seqpar"
 # On 2 hosts ranks fill node1 first, and the mesh puts tp innermost, pp
 # outermost: dp over 2 x 1 or 2 x 2 crosses the hosts; --pp 2 puts a stage on
 # each host (with dp or tp inside it); --tp 2 on 2 x 2 keeps tp inside a host.
@@ -67,6 +68,7 @@ layout_flags() {
   [ "$pp" -gt 1 ] && f="$f --pp $pp --micro-batches $mb --schedule $sched"
   [ "$rc" = 1 ] && f="$f --recompute"
   [ "$zero" -gt 0 ] && f="$f --zero $zero"
+  [ "$comp" = seqpar ] && f="$f --sequence-parallel" && comp=""
   [ -n "$comp" ] && f="$f --compress $comp"
   echo "$f"
 }
