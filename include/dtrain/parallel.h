@@ -159,6 +159,11 @@ size_t dt_dp_gather_bound(const dt_dp *dp, bool keep);
  * Data parallelism builds its buckets so (with min_floats = bucket_bytes / 4)
  * and the planner prices the same ones. */
 int dt_dp_bucket_low(const dt_model *m, int first, int top, size_t min_floats);
+/* Every bucket of the n ascending block ranges [first[r], last[r]], in the
+ * order backward finishes them (the highest range's highest bucket first):
+ * bucket k is blocks low[k]..top[k]. Their count, at most cap. */
+int dt_dp_buckets(const dt_model *m, const int *first, const int *last, int n, size_t min_floats, int *low, int *top,
+                  int cap);
 /* dt_dp_gather_bound for the n ascending block ranges [first[r], last[r]]
  * of m (a stage's chunks; one range but interleaved) in buckets of at least
  * min_floats, without a group (the planner's); 0 when out of memory. */

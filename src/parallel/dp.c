@@ -157,6 +157,19 @@ static void *comm_thread(void *arg) {
 
 /* ---- construction ----------------------------------------------------------------- */
 
+/* The block ranges a rank trains (cfg's list, or its one range [first_block,
+ * last_block], or every block) into first/last; their count. */
+static int cfg_ranges(const dt_dp_cfg *c, const dt_model *m, int *first, int *last) {
+    if (c->n_ranges > 0) {
+        memcpy(first, c->range_first, (size_t)c->n_ranges * sizeof(int));
+        memcpy(last, c->range_last, (size_t)c->n_ranges * sizeof(int));
+        return c->n_ranges;
+    }
+    first[0] = c->first_block < 0 ? 0 : c->first_block;
+    last[0] = c->last_block < 0 ? m->n_blocks - 1 : c->last_block;
+    return 1;
+}
+
 static dt_status build_buckets(dt_dp *dp) {
     dt_model *m = dp->m;
     size_t min_floats = dp->cfg.bucket_bytes / sizeof(float);
@@ -164,28 +177,25 @@ static dt_status build_buckets(dt_dp *dp) {
     dp->b = dt_calloc((size_t)m->n_blocks, sizeof(bucket));
     dp->block_bucket = dt_calloc((size_t)m->n_blocks, sizeof(int));
     if (!dp->b || !dp->block_bucket) return dt_errorf(DT_ERR_NOMEM, "out of memory");
-    int nr = dp->cfg.n_ranges > 0 ? dp->cfg.n_ranges : 1;
+    int first[16], last[16], nr = cfg_ranges(&dp->cfg, m, first, last);
+    int *low = dt_calloc((size_t)m->n_blocks, sizeof(int)), *top = dt_calloc((size_t)m->n_blocks, sizeof(int));
+    if (!low || !top) {
+        dt_free(low);
+        dt_free(top);
+        return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    }
     for (int i = 0; i < m->n_blocks; i++) dp->block_bucket[i] = -1;
     /* Blocks own adjacent arena ranges in forward order: a bucket of blocks
      * [low, top] is the range [low's lo, top's hi). The lowest may hold no
-     * parameters (parameter-free blocks below the last full bucket). Ranges
-     * from the highest down, as backward finishes them. */
-    dp->nb = 0;
-    for (int r = nr - 1; r >= 0; r--) {
-        int first = dp->cfg.n_ranges > 0 ? dp->cfg.range_first[r] : dp->cfg.first_block < 0 ? 0 : dp->cfg.first_block;
-        int last = dp->cfg.n_ranges > 0 ? dp->cfg.range_last[r]
-                                        : dp->cfg.last_block < 0 ? m->n_blocks - 1 : dp->cfg.last_block;
-        for (int top = last, low; top >= first; top = low - 1) {
-            low = dt_dp_bucket_low(m, first, top, min_floats);
-            bucket *b = &dp->b[dp->nb];
-            b->hi = m->blocks[top].param_hi;
-            b->lo = m->blocks[low].param_lo;
-            b->first_block = low;
-            b->top_block = top;
-            for (int i = low; i <= top; i++) dp->block_bucket[i] = dp->nb;
-            dp->nb++;
-        }
+     * parameters (parameter-free blocks below the last full bucket). */
+    dp->nb = dt_dp_buckets(m, first, last, nr, min_floats, low, top, m->n_blocks);
+    for (int k = 0; k < dp->nb; k++) {
+        dp->b[k] = (bucket){.lo = m->blocks[low[k]].param_lo, .hi = m->blocks[top[k]].param_hi,
+                            .first_block = low[k], .top_block = top[k]};
+        for (int i = low[k]; i <= top[k]; i++) dp->block_bucket[i] = k;
     }
+    dt_free(low);
+    dt_free(top);
     size_t soff = 0;
     for (int i = 0; i < dp->nb; i++) {
         bucket *b = &dp->b[i];
@@ -242,9 +252,9 @@ dt_status dt_dp_create(dt_dp **out, dt_model *m, dt_comm *comm, const dt_dp_cfg 
         }
     }
     if (cfg->zero == 3) {
-        int first = cfg->first_block < 0 ? 0 : cfg->first_block;
+        int first[16], last[16], nr = cfg_ranges(cfg, m, first, last);
         dt_z3_cfg zc = {.m = m, .comm = comm, .buckets = dp->b, .nb = dp->nb, .block_bucket = dp->block_bucket,
-                        .first = first, .last = cfg->last_block < 0 ? m->n_blocks - 1 : cfg->last_block,
+                        .first = first[0], .last = last[nr - 1],
                         .shard_n = dp->shard, .keep = cfg->zero3_keep, .overlap = cfg->overlap, .algo = cfg->algo};
         if ((st = dt_z3_create(&dp->z3, &zc))) goto fail;
     }
@@ -608,9 +618,8 @@ void dt_dp_set_step(dt_dp *dp, int64_t step) {
 }
 
 size_t dt_dp_gather_bound(const dt_dp *dp, bool keep) {
-    int first = dp->cfg.first_block < 0 ? 0 : dp->cfg.first_block;
-    int last = dp->cfg.last_block < 0 ? dp->m->n_blocks - 1 : dp->cfg.last_block;
-    return dt_z3_gather_bound(dp->m, dp->b, dp->nb, dp->block_bucket, first, last, keep);
+    int first[16], last[16], nr = cfg_ranges(&dp->cfg, dp->m, first, last);
+    return dt_z3_gather_bound(dp->m, dp->b, dp->nb, dp->block_bucket, first[0], last[nr - 1], keep);
 }
 dt_gc *dt_dp_gc(dt_dp *dp) { return dp->gc; }
 

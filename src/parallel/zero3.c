@@ -289,20 +289,22 @@ size_t dt_z3_gather_bound(const dt_model *m, const dt_bucket *b, int nb, const i
 size_t dt_dp_gather_bound_of(const dt_model *m, const int *first, const int *last, int n, size_t min_floats, bool keep) {
     dt_bucket *b = dt_calloc((size_t)m->n_blocks + 1, sizeof *b);
     int *block_bucket = dt_calloc((size_t)m->n_blocks + 1, sizeof(int)), nb = 0;
+    int *low = dt_calloc((size_t)m->n_blocks + 1, sizeof(int)), *top = dt_calloc((size_t)m->n_blocks + 1, sizeof(int));
     size_t bound = 0;
-    if (b && block_bucket && n > 0) {
+    if (b && block_bucket && low && top && n > 0) {
         for (int i = 0; i < m->n_blocks; i++) block_bucket[i] = -1;
-        for (int r = n - 1; r >= 0; r--) /* as dp.c builds them: ranges from the highest down */
-            for (int top = last[r], low; top >= first[r]; top = low - 1, nb++) {
-                low = dt_dp_bucket_low(m, first[r], top, min_floats ? min_floats : 1);
-                b[nb] = (dt_bucket){.lo = m->blocks[low].param_lo, .hi = m->blocks[top].param_hi, .first_block = low,
-                                    .top_block = top};
-                for (int i = low; i <= top; i++) block_bucket[i] = nb;
-            }
+        nb = dt_dp_buckets(m, first, last, n, min_floats, low, top, m->n_blocks); /* as dp.c builds them */
+        for (int k = 0; k < nb; k++) {
+            b[k] = (dt_bucket){.lo = m->blocks[low[k]].param_lo, .hi = m->blocks[top[k]].param_hi,
+                               .first_block = low[k], .top_block = top[k]};
+            for (int i = low[k]; i <= top[k]; i++) block_bucket[i] = k;
+        }
         bound = dt_z3_gather_bound(m, b, nb, block_bucket, first[0], last[n - 1], keep);
     }
     dt_free(b);
     dt_free(block_bucket);
+    dt_free(low);
+    dt_free(top);
     return bound;
 }
 

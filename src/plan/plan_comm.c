@@ -89,15 +89,7 @@ static double bucket(const dt_plan_cluster *c, const dt_plan_layout *l, int host
 int plan_buckets(const stage_cost *w, int *low, int *top, int cap) {
     dt_dp_cfg dc;
     dt_dp_cfg_default(&dc);
-    size_t min_floats = dc.bucket_bytes / sizeof(float);
-    int n = 0;
-    for (int r = w->nr - 1; r >= 0; r--)
-        for (int t = w->last[r], lo; t >= w->first[r] && n < cap; t = lo - 1) {
-            lo = dt_dp_bucket_low(w->model, w->first[r], t, min_floats);
-            low[n] = lo;
-            top[n++] = t;
-        }
-    return n;
+    return dt_dp_buckets(w->model, w->first, w->last, w->nr, dc.bucket_bytes / sizeof(float), low, top, cap);
 }
 
 /* The buckets are dtrain's (parallel.h): whole blocks from the last backwards,

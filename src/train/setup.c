@@ -328,8 +328,6 @@ dt_status tr_setup_strategy(tr_run *r) {
             dcfg.range_first[j] = r->part.first[r->stage + j * r->P];
             dcfg.range_last[j] = r->part.first[r->stage + j * r->P + 1] - 1;
         }
-        dcfg.first_block = dcfg.range_first[0]; /* ZeRO-3's range (one chunk) */
-        dcfg.last_block = dcfg.range_last[V - 1];
     }
     /* The gradient norm sums over stages and, for sharded tensors, over the tp
      * group (replicated tensors hold the same gradient on every tp rank and
