@@ -108,11 +108,13 @@ if gone "$ns"; then ok "$ns deleted after the bench"; else fail "$ns left behind
 timeout 120 "$dt" $B > "$tmp/un.out" 2>&1; rc=$?
 # Unshaped, the faster algorithm is far above the cap and neither is near it
 # (on a loaded 2-core CI box the ring's polling ranks once measured 15x the cap
-# while native measured 430x: scheduling, not a link, so the bar is on the best).
+# while native measured 430x; CI's sanitizer build beside other tests measured
+# 11x and 13x: scheduling, not a link, so the bar is on the best and stays well
+# clear of the shaped run's 1.15x).
 free=$(busbw_mbs "$tmp/un.out" 1); nfree=$(busbw_mbs "$tmp/un.out" 2)
 if [ $rc -eq 0 ] && awk -v f="$free" -v n="$nfree" -v c=$cap \
-     'BEGIN { b = f > n ? f : n; exit !(b >= 20 * c && f >= 4 * c && n >= 4 * c) }'; then
-  ok "without the bed: busbw ring $free MB/s, native $nfree MB/s (best >= 20x the cap, both >= 4x)"
+     'BEGIN { b = f > n ? f : n; exit !(b >= 8 * c && f >= 4 * c && n >= 4 * c) }'; then
+  ok "without the bed: busbw ring $free MB/s, native $nfree MB/s (best >= 8x the cap, both >= 4x)"
 else fail "unshaped rc=$rc busbw ring '$free' native '$nfree'"; cat "$tmp/un.out"; fi
 
 # Interrupted in the middle of a 2-rank bench (Ctrl-C, then a plain kill): the
