@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # --precision bf16 against fp32 (issue 17), one thread, side by side: every round
-# runs W1 and W2 in fp32, bf16 and bf16-emulated in turn (bench_train), and the
+# runs W1, W2 and W3 in fp32, bf16 and bf16-emulated in turn (bench_train), and the
 # ratios are taken pair by pair within a round, so the machine's drift between
 # rounds cancels. Prints the CPU's model and bf16-related flags, one line per
 # round, and the range and best-vs-best ratio per workload.
 #   bench/bf16.sh [BUILD]      (BF16_ROUNDS=5, BF16_SECONDS=3)
-# Target (issue 17): bf16 >= 1.6x fp32 on W1 and W2 on a CPU with AVX512-BF16.
+# Target (issue 17): bf16 >= 1.6x fp32 on W1 and W2 on a CPU with AVX512-BF16;
+# W3 (cnn) measures the convolutions' im2col + dt_gemm_bf16 against fp32's
+# direct kernel.
 set -euo pipefail
 BUILD=${1:-build}
 ROUNDS=${BF16_ROUNDS:-5}
@@ -21,7 +23,7 @@ RAW=$BUILD/bf16-raw.txt
 : > "$RAW"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) CPUs; bf16 flags: $(grep -o 'avx512_bf16\|amx_bf16\|avx512f ' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 for r in $(seq 1 "$ROUNDS"); do
-    for w in W1 W2; do
+    for w in W1 W2 W3; do
         line="round $r $w"
         for p in fp32 bf16 bf16-emulated; do
             v=$("$BIN" --only "$w" --seconds "$SECS" --precision "$p" | awk '/^RESULT W/ { split($4, kv, "="); print kv[2] }')

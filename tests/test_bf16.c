@@ -18,7 +18,16 @@
  *   tensor (a bf16 has an 8-bit significand: half an ulp is 2^-9 relative, and
  *   sums of rounded terms drift by a few of those). A run without rounding
  *   also passes that bound, so each is compared as well with its exact value in
- *   double from the rounded operands at fp32 tolerance (atol 1e-5, rtol 1e-4). */
+ *   double from the rounded operands at fp32 tolerance (atol 1e-5, rtol 1e-4).
+ *   conv2d runs emulated and, where available, natively (dt_conv2d_*_bf16).
+ * - conv2d, emulated and native, on odd shapes (1x1, 3x3, 5x5, 3x2 kernels,
+ *   stride 2, padding 0/1/2, channels off 16, batch 1, chunks of one and of
+ *   several samples) against its exact value from rounded operands, each
+ *   element within 1e-5 sum|terms| (fp32 summation).
+ * - Attention's per-head products natively (dt_attention_gqa_*_bf16, grouped
+ *   and not, T and head sizes off the tiles) against double from rounded q, k,
+ *   v, dout and the rounded probabilities and dS, the rounding autocast does
+ *   (an unrounded-probability run fails this by ~300x its bound). */
 #include "dtrain/nn.h"
 #include "dtrain/testing.h"
 #include "fixturehelp.h"
@@ -288,9 +297,11 @@ static void test_linear_autocast(void) {
     fx_close(&x);
 }
 
-/* Convolution, emulated: the fp32 kernels (whose error test_reference and
- * test_conv bound) on rounded operands, against autocast; and rounding must
- * change the result (an unrounded run would pass the bf16-resolution bound). */
+/* Convolution against autocast, emulated (the fp32 kernels, whose error
+ * test_reference and test_conv bound, on rounded operands) and, where
+ * available, native (dt_conv2d_*_bf16: im2col + dt_gemm_bf16, what
+ * --precision bf16 runs on this CPU); and rounding must change the result (an
+ * unrounded run would pass the bf16-resolution bound). */
 static void test_conv_autocast(void) {
     fx x;
     if (!fx_open(&x, "fixtures/ref_conv2d_bf16.safetensors")) return;
@@ -302,23 +313,244 @@ static void test_conv_autocast(void) {
                  no = (size_t)d.B * d.OC * OH * OW;
     const float *inp = fx_f32(&x, "inp", ni), *w = fx_f32(&x, "w", nw), *b = fx_f32(&x, "b", (size_t)d.OC);
     const float *dout = fx_f32(&x, "dout", no);
-    float *S = fx_zeros(&x, dt_conv2d_scratch_floats(&d));
-    float *out = fx_zeros(&x, no), *dinp = fx_zeros(&x, ni), *dw = fx_zeros(&x, nw), *db = fx_zeros(&x, (size_t)d.OC);
-    float *o32 = fx_zeros(&x, no);
-    dt_conv2d_forward(out, S, rounded(&x, inp, ni), rounded(&x, w, nw), b, &d);
-    dt_conv2d_backward(dinp, dw, db, S, rounded(&x, dout, no), rounded(&x, inp, ni), rounded(&x, w, nw), &d);
+    const size_t ns = dt_conv2d_scratch_floats(&d), nn = dt_conv2d_bf16_scratch_floats(&d);
+    float *S = fx_zeros(&x, ns > nn ? ns : nn), *o32 = fx_zeros(&x, no), *out = NULL;
     dt_conv2d_forward(o32, S, inp, w, b, &d);
     const double res = ldexp(1, -7);
-    test_close("conv2d bf16 (emulated) out vs autocast", out, fx_f32(&x, "out", no), no,
-               res * max_abs(fx_f32(&x, "out", no), no), 0);
-    test_close("conv2d bf16 (emulated) dinp vs autocast", dinp, fx_f32(&x, "dinp", ni), ni,
-               res * max_abs(fx_f32(&x, "dinp", ni), ni), 0);
-    test_close("conv2d bf16 (emulated) dw vs autocast", dw, fx_f32(&x, "dw", nw), nw,
-               res * max_abs(fx_f32(&x, "dw", nw), nw), 0);
-    test_close("conv2d bf16 (emulated) db vs autocast", db, fx_f32(&x, "db", (size_t)d.OC), (size_t)d.OC,
-               res * max_abs(fx_f32(&x, "db", (size_t)d.OC), (size_t)d.OC), 0);
-    test_cond("conv2d: rounding the operands changes the output", memcmp(out, o32, no * sizeof(float)) != 0);
+    for (int native = 0; native < 2; native++) {
+        if (native && !dt_gemm_bf16_available()) {
+            printf("skip conv2d bf16 (dt_gemm_bf16): this CPU has no AVX512-BF16\n");
+            break;
+        }
+        out = fx_zeros(&x, no);
+        float *dinp = fx_zeros(&x, ni), *dw = fx_zeros(&x, nw), *db = fx_zeros(&x, (size_t)d.OC);
+        if (native) {
+            dt_conv2d_forward_bf16(out, S, inp, w, b, &d);
+            dt_conv2d_backward_bf16(dinp, dw, db, S, dout, inp, w, &d);
+        } else {
+            dt_conv2d_forward(out, S, rounded(&x, inp, ni), rounded(&x, w, nw), b, &d);
+            dt_conv2d_backward(dinp, dw, db, S, rounded(&x, dout, no), rounded(&x, inp, ni), rounded(&x, w, nw), &d);
+        }
+        const char *tag = native ? "conv2d bf16 (dt_gemm_bf16)" : "conv2d bf16 (emulated)";
+        const struct { const char *name; const float *got; size_t n; } t[] = {
+            {"out", out, no}, {"dinp", dinp, ni}, {"dw", dw, nw}, {"db", db, (size_t)d.OC}};
+        for (int i = 0; i < 4; i++) {
+            char what[80];
+            const float *ref = fx_f32(&x, t[i].name, t[i].n);
+            snprintf(what, sizeof what, "%s %s vs autocast", tag, t[i].name);
+            test_close(what, t[i].got, ref, t[i].n, res * max_abs(ref, t[i].n), 0);
+        }
+        test_cond("conv2d: rounding the operands changes the output", memcmp(out, o32, no * sizeof(float)) != 0);
+    }
     fx_close(&x);
+}
+
+/* |got - ref| <= bound elementwise (both computed by the caller); prints the worst. */
+static void test_bound(const char *what, const float *got, const double *ref, const double *bound, size_t n) {
+    double worst = 0, worst_abs = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]), r = e / bound[i];
+        if (!(r <= worst)) worst = r, at = i;
+        if (e > worst_abs) worst_abs = e;
+    }
+    printf("%s %-52s n=%zu max|diff|=%.3g (at %zu, %.2f of its bound)\n", worst <= 1 ? "ok  " : "FAIL", what, n,
+           worst_abs, at, worst);
+    test_cond(what, worst <= 1);
+}
+
+/* Adds v to r[i] and |v| to a[i]. */
+static void acc2(double *r, double *a, size_t i, double v) { r[i] += v, a[i] += fabs(v); }
+
+/* A convolution in double from rounded x, w, dout (the bias as given): out,
+ * dinp, dw, db, each with the bound 1e-5 sum|terms| + 1e-30 on fp32 summation. */
+static void conv_exact(const dt_conv2d_dims *d, const float *x, const float *w, const float *b, const float *g,
+                       double *r[4], double *e[4]) {
+    const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d);
+    for (int n = 0; n < d->B; n++)
+        for (int o = 0; o < d->OC; o++)
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++) {
+                    const size_t io = (((size_t)n * d->OC + o) * OH + oh) * OW + ow;
+                    const double gv = wire(g[io]);
+                    acc2(r[0], e[0], io, b[o]), acc2(r[3], e[3], (size_t)o, gv);
+                    for (int c = 0; c < d->IC; c++)
+                        for (int kh = 0; kh < d->KH; kh++)
+                            for (int kw = 0; kw < d->KW; kw++) {
+                                const int ih = oh * d->stride - d->pad + kh, iw = ow * d->stride - d->pad + kw;
+                                if (ih < 0 || ih >= d->H || iw < 0 || iw >= d->W) continue;
+                                const size_t ix = (((size_t)n * d->IC + c) * d->H + ih) * d->W + iw;
+                                const size_t iw_ = (((size_t)o * d->IC + c) * d->KH + kh) * d->KW + kw;
+                                const double xv = wire(x[ix]), wv = wire(w[iw_]);
+                                acc2(r[0], e[0], io, xv * wv), acc2(r[1], e[1], ix, gv * wv);
+                                acc2(r[2], e[2], iw_, gv * xv);
+                            }
+                }
+}
+
+static float *rnd_floats(size_t n, float scale) {
+    float *p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = uniform() * scale;
+    return p;
+}
+
+/* One shape: emulated (dt_conv2d_* on rounded copies) and native
+ * (dt_conv2d_*_bf16 on the fp32 operands) against conv_exact. */
+static void conv_exact_case(const dt_conv2d_dims *d) {
+    const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d);
+    const size_t n[4] = {(size_t)d->B * d->OC * OH * OW, (size_t)d->B * d->IC * d->H * d->W,
+                         (size_t)d->OC * d->IC * d->KH * d->KW, (size_t)d->OC};
+    float *x = rnd_floats(n[1], 1), *w = rnd_floats(n[2], 1), *b = rnd_floats(n[3], 1), *g = rnd_floats(n[0], 1);
+    float *rx = rnd_floats(n[1], 1), *rw = rnd_floats(n[2], 1), *rg = rnd_floats(n[0], 1);
+    dt_round_bf16(rx, x, n[1]), dt_round_bf16(rw, w, n[2]), dt_round_bf16(rg, g, n[0]);
+    double *r[4], *e[4];
+    for (int t = 0; t < 4; t++) r[t] = calloc(n[t], sizeof(double)), e[t] = calloc(n[t], sizeof(double));
+    conv_exact(d, x, w, b, g, r, e);
+    for (int t = 0; t < 4; t++)
+        for (size_t i = 0; i < n[t]; i++) e[t][i] = 1e-5 * e[t][i] + 1e-30;
+    const size_t ns = dt_conv2d_scratch_floats(d), nn = dt_conv2d_bf16_scratch_floats(d);
+    float *S = malloc((ns > nn ? ns : nn) * sizeof(float) + 4);
+    for (int native = 0; native < 2; native++) {
+        if (native && !dt_gemm_bf16_available()) break;
+        float *got[4];
+        for (int t = 0; t < 4; t++) got[t] = calloc(n[t], sizeof(float));
+        if (native) {
+            dt_conv2d_forward_bf16(got[0], S, x, w, b, d);
+            dt_conv2d_backward_bf16(got[1], got[2], got[3], S, g, x, w, d);
+        } else {
+            dt_conv2d_forward(got[0], S, rx, rw, b, d);
+            dt_conv2d_backward(got[1], got[2], got[3], S, rg, rx, rw, d);
+        }
+        static const char *names[4] = {"out", "dinp", "dw", "db"};
+        for (int t = 0; t < 4; t++) {
+            char what[128];
+            snprintf(what, sizeof what, "conv2d %s B%d %d->%d %dx%d k%dx%d s%d p%d %s = exact", native ? "native" : "emul",
+                     d->B, d->IC, d->OC, d->H, d->W, d->KH, d->KW, d->stride, d->pad, names[t]);
+            test_bound(what, got[t], r[t], e[t], n[t]);
+            free(got[t]);
+        }
+    }
+    for (int t = 0; t < 4; t++) free(r[t]), free(e[t]);
+    free(x), free(w), free(b), free(g), free(rx), free(rw), free(rg), free(S);
+}
+
+/* Odd shapes: 1x1 and 3x3, stride 2, padding 0/1/2, channels off 16, batch 1,
+ * a chunk of several samples (small maps) and one of one (large). */
+static void test_conv_exact(void) {
+    static const dt_conv2d_dims shapes[] = {
+        {1, 3, 9, 9, 5, 3, 3, 2, 1},     {2, 17, 7, 7, 19, 1, 1, 1, 0},  {3, 5, 8, 6, 33, 3, 3, 1, 2},
+        {1, 20, 11, 11, 7, 5, 5, 2, 2},  {5, 1, 28, 28, 32, 5, 5, 1, 2}, {4, 18, 5, 5, 40, 3, 3, 1, 1},
+        {2, 9, 12, 10, 3, 1, 1, 2, 0},   {2, 4, 6, 7, 6, 3, 2, 1, 0},
+    };
+    if (!dt_gemm_bf16_available()) printf("skip conv2d native = exact: this CPU has no AVX512-BF16\n");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) conv_exact_case(&shapes[i]);
+}
+
+/* ---- attention's per-head products (dt_attention_gqa_*_bf16) ----------------------
+ * Against double from rounded q, k, v, dout and the probabilities the kernel
+ * saved (att, fp32, checked against a softmax in double): out = r(att) r(v),
+ * dv = r(att)^T r(dout) summed over the group; dS = att (datt - rowsum(att
+ * datt)) with datt = r(dout) r(v)^T, then dq = scale r(dS) r(k), dk = scale
+ * r(dS)^T r(q). r() is bf16 rounding; the kernel rounds the probabilities and dS
+ * it computed in fp32, so where dS lies within its fp32 error of a bf16 rounding
+ * boundary the bound also allows that term's one-step flip. */
+typedef struct {
+    int B, T, NH, NKV, HS;
+} att_dims;
+
+/* The reference for one (b, h): adds into r (out/dq/dk/dv slots by offset) and bounds e. */
+static void att_head(const att_dims *a, int b, int h, const float *qkv, const float *dout, const float *att,
+                     double *rout, double *eout, double *rd, double *ed) {
+    const int T = a->T, HS = a->HS, C3 = (a->NH + 2 * a->NKV) * HS, C = a->NH * HS, kvh = h / (a->NH / a->NKV);
+    const double scale = 1.0 / sqrt((double)HS);
+    const size_t q0 = (size_t)h * HS, k0 = (size_t)(a->NH + kvh) * HS, v0 = (size_t)(a->NH + a->NKV + kvh) * HS;
+    const float *X = qkv + (size_t)b * T * C3, *G = dout + (size_t)b * T * C, *A = att + ((size_t)b * a->NH + h) * T * T;
+    double *dx = rd + (size_t)b * T * C3, *ex = ed + (size_t)b * T * C3;
+    for (int t = 0; t < T; t++) {
+        double datt[256], mag[256], dot = 0, dmag = 0;
+        for (int j = 0; j <= t; j++) {
+            datt[j] = mag[j] = 0;
+            for (int c = 0; c < HS; c++) {
+                const double p = (double)wire(G[(size_t)t * C + q0 + c]) * wire(X[(size_t)j * C3 + v0 + c]);
+                datt[j] += p, mag[j] += fabs(p);
+            }
+            dot += A[(size_t)t * T + j] * datt[j], dmag += A[(size_t)t * T + j] * mag[j];
+        }
+        for (int j = 0; j <= t; j++) {
+            const double pa = wire(A[(size_t)t * T + j]);
+            const double ds = A[(size_t)t * T + j] * (datt[j] - dot);
+            const double win = 1e-5 * A[(size_t)t * T + j] * (mag[j] + dmag) + 1e-30;
+            const double rds = wire((float)ds), flip = fabs((double)wire((float)(ds + win)) - wire((float)(ds - win)));
+            for (int c = 0; c < HS; c++) {
+                const size_t ot = (size_t)b * T * C + (size_t)t * C + q0 + c;
+                acc2(rout, eout, ot, pa * wire(X[(size_t)j * C3 + v0 + c]));
+                acc2(dx, ex, (size_t)j * C3 + v0 + c, pa * wire(G[(size_t)t * C + q0 + c]));
+                const double kj = wire(X[(size_t)j * C3 + k0 + c]), qt = wire(X[(size_t)t * C3 + q0 + c]);
+                acc2(dx, ex, (size_t)t * C3 + q0 + c, scale * rds * kj);
+                acc2(dx, ex, (size_t)j * C3 + k0 + c, scale * rds * qt);
+                /* a possible flip of r(dS): 1e5 x its size, as e is scaled by 1e-5 later */
+                ex[(size_t)t * C3 + q0 + c] += 1e5 * scale * flip * fabs(kj);
+                ex[(size_t)j * C3 + k0 + c] += 1e5 * scale * flip * fabs(qt);
+            }
+        }
+    }
+}
+
+/* The softmax in double from rounded q, k: the probabilities att should hold. */
+static void att_probs(const att_dims *a, const float *qkv, double *p) {
+    const int T = a->T, HS = a->HS, C3 = (a->NH + 2 * a->NKV) * HS;
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < a->NH; h++) {
+            const size_t q0 = (size_t)h * HS, k0 = (size_t)(a->NH + h / (a->NH / a->NKV)) * HS;
+            const float *X = qkv + (size_t)b * T * C3;
+            double *P = p + ((size_t)b * a->NH + h) * T * T;
+            for (int t = 0; t < T; t++) {
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double s = 0;
+                    for (int c = 0; c < HS; c++)
+                        s += (double)wire(X[(size_t)t * C3 + q0 + c]) * wire(X[(size_t)j * C3 + k0 + c]);
+                    P[(size_t)t * T + j] = s / sqrt((double)HS), mx = fmax(mx, P[(size_t)t * T + j]);
+                }
+                for (int j = 0; j <= t; j++) sum += P[(size_t)t * T + j] = exp(P[(size_t)t * T + j] - mx);
+                for (int j = 0; j < T; j++) P[(size_t)t * T + j] = j <= t ? P[(size_t)t * T + j] / sum : 0;
+            }
+        }
+}
+
+static void att_case(const att_dims *a) {
+    const int C3 = (a->NH + 2 * a->NKV) * a->HS, C = a->NH * a->HS;
+    const size_t nq = (size_t)a->B * a->T * C3, no = (size_t)a->B * a->T * C, na = (size_t)a->B * a->NH * a->T * a->T;
+    float *qkv = rnd_floats(nq, 2), *dout = rnd_floats(no, 1), *out = calloc(no, sizeof(float));
+    float *att = calloc(na, sizeof(float)), *dqkv = calloc(nq, sizeof(float));
+    float *S = malloc(dt_attention_gqa_bf16_scratch_floats(a->B, a->T, a->NH, a->NKV, a->HS) * sizeof(float));
+    double *ro = calloc(no, sizeof(double)), *eo = calloc(no, sizeof(double)), *rd = calloc(nq, sizeof(double));
+    double *ed = calloc(nq, sizeof(double)), *p = calloc(na, sizeof(double)), *ep = calloc(na, sizeof(double));
+    dt_attention_gqa_forward_bf16(out, att, S, qkv, a->B, a->T, a->NH, a->NKV, a->HS);
+    dt_attention_gqa_backward_bf16(dqkv, S, dout, qkv, att, a->B, a->T, a->NH, a->NKV, a->HS);
+    att_probs(a, qkv, p);
+    for (size_t i = 0; i < na; i++) ep[i] = 1e-6 + 1e-4 * p[i];
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < a->NH; h++) att_head(a, b, h, qkv, dout, att, ro, eo, rd, ed);
+    for (size_t i = 0; i < no; i++) eo[i] = 1e-5 * eo[i] + 1e-30;
+    for (size_t i = 0; i < nq; i++) ed[i] = 1e-5 * ed[i] + 1e-30;
+    char what[128];
+    snprintf(what, sizeof what, "attention native B%d T%d NH%d NKV%d HS%d", a->B, a->T, a->NH, a->NKV, a->HS);
+    char w2[160];
+    snprintf(w2, sizeof w2, "%s probs = softmax", what), test_bound(w2, att, p, ep, na);
+    snprintf(w2, sizeof w2, "%s out = exact", what), test_bound(w2, out, ro, eo, no);
+    snprintf(w2, sizeof w2, "%s dq dk dv = exact", what), test_bound(w2, dqkv, rd, ed, nq);
+    free(qkv), free(dout), free(out), free(att), free(dqkv), free(S);
+    free(ro), free(eo), free(rd), free(ed), free(p), free(ep);
+}
+
+static void test_attention_exact(void) {
+    if (!dt_gemm_bf16_available()) {
+        printf("skip attention native: this CPU has no AVX512-BF16\n");
+        return;
+    }
+    static const att_dims shapes[] = {{2, 13, 4, 2, 24}, {1, 33, 2, 2, 16}, {2, 40, 3, 1, 8}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) att_case(&shapes[i]);
 }
 
 int main(void) {
@@ -327,5 +559,7 @@ int main(void) {
     test_gemm();
     test_linear_autocast();
     test_conv_autocast();
+    test_conv_exact();
+    test_attention_exact();
     return test_report();
 }

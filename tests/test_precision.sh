@@ -45,9 +45,29 @@ for lay in "--strategy ps -n 3" "--strategy localsgd:4 -n 2" "--strategy hogwild
   run "s_$k" $M --precision bf16 $lay --steps 40 &&
     { l=$(close_after "$tmp/bf16" "$tmp/s_$k" 10 0.5) && ok "$lay --precision bf16: trains ($l)" || fail "$lay in bf16: $l"; }
 done
-# the convolution (emulated: rounded copies) in a CNN
-run cnn_bf16 --model cnn --batch 8 --steps 4 --log-every 1 --eval-every 0 --quiet --precision bf16 &&
-  same_run cnn_bf16 $TOL cnn_bf16_n2 --model cnn --batch 8 --steps 4 --log-every 1 --eval-every 0 --quiet --precision bf16 -n 2
+# the convolutions in a CNN (natively im2col + dt_gemm_bf16 where the CPU has
+# AVX512-BF16): bf16 differs from fp32 and trains as it, equals bf16-emulated's
+# products summed in another order, and -n 2 equals -n 1
+CN="--model cnn --batch 8 --steps 4 --log-every 1 --eval-every 0 --quiet"
+run cnn_fp32 $CN && run cnn_bf16 $CN --precision bf16 && {
+  if cmp -s "$tmp/cnn_fp32/model.safetensors" "$tmp/cnn_bf16/model.safetensors"; then fail "cnn bf16 trained exactly as fp32"
+  elif l=$(close_after "$tmp/cnn_fp32" "$tmp/cnn_bf16" 0 0.02); then ok "cnn bf16 differs from fp32 and trains as it: $l"
+  else fail "cnn bf16 vs fp32: $l"; fi
+  same_run cnn_bf16 $TOL cnn_bf16_emul $CN --precision bf16-emulated
+  same_run cnn_bf16 $TOL cnn_bf16_n2 $CN --precision bf16 -n 2; }
+# attention: natively its per-head products run on dt_gemm_bf16, which rounds
+# the probabilities and the softmax gradient too (autocast's rounding;
+# emulated keeps them fp32), so gpt and llama (rope, grouped-query) in bf16 are
+# compared with bf16-emulated and fp32 at bf16's training tolerance
+att_close() { local a=$1 b=$2 what=$3 l
+  if l=$(close_after "$tmp/$a" "$tmp/$b" 0 $TOL); then ok "$what: $l"; else fail "$what: $l"; fi; }
+run gpt_fp32 $G && run gpt_emul $G --precision bf16-emulated && [ -d "$tmp/gpt_bf16" ] && {
+  att_close gpt_fp32 gpt_bf16 "gpt bf16 trains as fp32"; att_close gpt_emul gpt_bf16 "gpt bf16 trains as bf16-emulated"; }
+L="--model llama --set n_layer=1,n_head=4,n_kv_head=2,n_embd=32,ffn=64,block_size=16 --batch 4 --steps 6 --lr 3e-3
+   --log-every 1 --eval-every 0 --quiet"
+run llama_fp32 $L && run llama_bf16 $L --precision bf16 && run llama_emul $L --precision bf16-emulated && {
+  att_close llama_fp32 llama_bf16 "llama (rope, kv_heads 2 of 4) bf16 trains as fp32"
+  att_close llama_emul llama_bf16 "llama bf16 trains as bf16-emulated"; }
 
 # checkpoints hold the fp32 masters: bf16 -> fp32 and fp32 -> bf16 resume
 C="$M --steps 30 --ckpt-every 10"

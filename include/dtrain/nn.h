@@ -340,6 +340,31 @@ void dt_linear_forward_bf16(float *out, const float *inp, const float *w, const 
 void dt_linear_backward_bf16(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                              int N, int IC, int OC, float *scratch);
 
+/* dt_conv2d_forward / dt_conv2d_backward through dt_gemm_bf16 (only where it is
+ * available): im2col and all three products (output, input gradient, weight
+ * gradient) with their operands rounded to bf16 while packed, sums in fp32; the
+ * bias stays fp32 and its gradient is summed from the rounded output gradient,
+ * as under PyTorch's bf16 autocast. Any stride and padding. scratch:
+ * dt_conv2d_bf16_scratch_floats(d) floats. */
+size_t dt_conv2d_bf16_scratch_floats(const dt_conv2d_dims *d);
+void dt_conv2d_forward_bf16(float *out, float *scratch, const float *inp, const float *w, const float *b,
+                            const dt_conv2d_dims *d);
+void dt_conv2d_backward_bf16(float *dinp, float *dw, float *db, float *scratch, const float *dout,
+                             const float *inp, const float *w, const dt_conv2d_dims *d);
+
+/* dt_attention_gqa_forward / dt_attention_gqa_backward with the per-head
+ * products (q k^T, p v; backward p^T dout, dout v^T, dS k, dS^T q) through
+ * dt_gemm_bf16 (only where it is available): their operands, the softmax
+ * probabilities p and the softmax gradient dS included, rounded to bf16 while
+ * packed, as under PyTorch's bf16 autocast; the softmax and its gradient run in
+ * fp32 and att saves fp32 probabilities. scratch (forward and backward):
+ * dt_attention_gqa_bf16_scratch_floats floats. */
+size_t dt_attention_gqa_bf16_scratch_floats(int B, int T, int NH, int NKV, int HS);
+void dt_attention_gqa_forward_bf16(float *out, float *att, float *scratch, const float *qkv, int B, int T, int NH,
+                                   int NKV, int HS);
+void dt_attention_gqa_backward_bf16(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                    const float *att, int B, int T, int NH, int NKV, int HS);
+
 #ifdef __cplusplus
 }
 #endif

@@ -74,9 +74,10 @@ struct dt_layer {
 
 /* ---- --precision bf16 and fp16 ---------------------------------------------------
  * A layer with l->lowp multiplies its GEMM and convolution operands rounded to
- * bf16 or fp16: bf16 linears through dt_gemm_bf16 where the CPU has AVX512-BF16
- * (BF16_NATIVE), everything else on copies rounded by dt_round_bf16 or
- * dt_round_fp16 in its scratch (BF16_EMULATED, FP16). dt_lowp_floats says how
+ * bf16 or fp16: in bf16 where the CPU has AVX512-BF16 (BF16_NATIVE) linears,
+ * convolutions and attention's products through dt_gemm_bf16 (the _bf16
+ * kernels, which round while packing), everything else on copies rounded by
+ * dt_round_bf16 or dt_round_fp16 in its scratch (BF16_EMULATED, FP16). dt_lowp_floats says how
  * many floats the copies of the given sizes need (0 in fp32); dt_lowp_operand
  * rounds n floats of x into *at, advances *at past them and returns the copy (x
  * itself in fp32). dt_lin_forward and dt_lin_backward are

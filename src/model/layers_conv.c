@@ -19,23 +19,32 @@ static dt_conv2d_dims cdims(const dt_layer *l, int B) {
 }
 
 /* Scratch: the fused ReLU's masked gradient (backward), the kernel's, then under
- * bf16/fp16 the rounded copies of input, weight and output gradient. */
+ * bf16-emulated/fp16 the rounded copies of input, weight and output gradient
+ * (bf16 native: the kernel is dt_conv2d_*_bf16, which rounds while packing). */
+static bool conv_native(const dt_layer *l) { return l->lowp == DT_LOWP_BF16_NATIVE; }
 static size_t conv_base(const dt_layer *l, int B) {
     dt_conv2d_dims d = cdims(l, B);
-    return dt_conv2d_scratch_floats(&d) + (l->ops->uses_out ? (size_t)B * l->out_dim : 0);
+    size_t k = conv_native(l) ? dt_conv2d_bf16_scratch_floats(&d) : dt_conv2d_scratch_floats(&d);
+    return k + (l->ops->uses_out ? (size_t)B * l->out_dim : 0);
 }
 static size_t conv_wsize(const dt_layer *l) { return (size_t)l->d[3] * l->d[0] * l->d[4] * l->d[4]; }
 static size_t conv_scratch(const dt_layer *l, int B) {
+    if (conv_native(l)) return conv_base(l, B);
     return conv_base(l, B) + dt_lowp_floats(l, (size_t)B * l->in_dim, conv_wsize(l), (size_t)B * l->out_dim);
 }
 
 static void conv_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
                          float *scratch) {
     dt_conv2d_dims d = cdims(l, c->batch->B);
-    float *at = scratch + conv_base(l, c->batch->B);
-    const float *x = dt_lowp_operand(l, &at, in, (size_t)c->batch->B * l->in_dim);
-    const float *w = dt_lowp_operand(l, &at, c->P + l->off[0], conv_wsize(l));
-    dt_conv2d_forward(out, scratch, x, w, l->d[7] ? c->P + l->off[1] : NULL, &d);
+    const float *b = l->d[7] ? c->P + l->off[1] : NULL;
+    if (conv_native(l)) {
+        dt_conv2d_forward_bf16(out, scratch, in, c->P + l->off[0], b, &d);
+    } else {
+        float *at = scratch + conv_base(l, c->batch->B);
+        const float *x = dt_lowp_operand(l, &at, in, (size_t)c->batch->B * l->in_dim);
+        const float *w = dt_lowp_operand(l, &at, c->P + l->off[0], conv_wsize(l));
+        dt_conv2d_forward(out, scratch, x, w, b, &d);
+    }
     if (l->ops->uses_out) dt_relu_forward(out, out, (size_t)c->batch->B * l->out_dim);
 }
 
@@ -50,11 +59,16 @@ static void conv_backward(const dt_layer *l, const dt_lctx *c, const float *in, 
         dpre = scratch;
         cscratch = scratch + n;
     }
+    float *dw = c->G + l->off[0], *db = l->d[7] ? c->G + l->off[1] : NULL;
+    if (conv_native(l)) {
+        dt_conv2d_backward_bf16(din, dw, db, cscratch, dpre, in, c->P + l->off[0], &d);
+        return;
+    }
     float *at = scratch + conv_base(l, c->batch->B);
     const float *x = dt_lowp_operand(l, &at, in, (size_t)c->batch->B * l->in_dim);
     const float *w = dt_lowp_operand(l, &at, c->P + l->off[0], conv_wsize(l));
     dpre = dt_lowp_operand(l, &at, dpre, (size_t)c->batch->B * l->out_dim);
-    dt_conv2d_backward(din, c->G + l->off[0], l->d[7] ? c->G + l->off[1] : NULL, cscratch, dpre, x, w, &d);
+    dt_conv2d_backward(din, dw, db, cscratch, dpre, x, w, &d);
 }
 
 static const dt_layer_ops conv_ops = {"conv2d", false, none, conv_scratch, conv_forward, conv_backward};

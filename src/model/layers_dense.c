@@ -333,19 +333,43 @@ static size_t att_saved(const dt_layer *l, int B) {
     size_t att = (size_t)B * l->d[2] * l->d[0] * l->d[0];
     return att_gqa(l) && l->d[5] ? ((att + 15) & ~(size_t)15) + att_qkv(l, B) : att;
 }
-/* The kernels' scratch, then under bf16/fp16 the rounded copies of q, k, v (the input,
- * after rotation) and of the output gradient. */
-static size_t att_kernel_scratch(const dt_layer *l, int B) {
-    if (att_gqa(l))
-        return dt_attention_gqa_scratch_floats(B, l->d[0], l->d[2], l->d[3], l->d[4]) + (l->d[5] ? att_qkv(l, B) : 0);
+/* The kernels' scratch (bf16 native: with dt_gemm_bf16's packing), then under
+ * bf16-emulated/fp16 the rounded copies of q, k, v (the input, after rotation)
+ * and of the output gradient. With rope, the rotated gradient lies past the
+ * kernels' own scratch. */
+static bool att_native(const dt_layer *l) { return l->lowp == DT_LOWP_BF16_NATIVE; }
+static size_t att_kern(const dt_layer *l, int B) {
+    if (att_native(l))
+        return att_gqa(l) ? dt_attention_gqa_bf16_scratch_floats(B, l->d[0], l->d[2], l->d[3], l->d[4])
+                          : dt_attention_gqa_bf16_scratch_floats(B, l->d[0], l->d[2], l->d[2], l->d[1] / l->d[2]);
+    if (att_gqa(l)) return dt_attention_gqa_scratch_floats(B, l->d[0], l->d[2], l->d[3], l->d[4]);
     return dt_attention_scratch_floats(B, l->d[0], l->d[1], l->d[2]);
 }
+static size_t att_kernel_scratch(const dt_layer *l, int B) {
+    return att_kern(l, B) + (att_gqa(l) && l->d[5] ? att_qkv(l, B) : 0);
+}
 static size_t att_scratch(const dt_layer *l, int B) {
+    if (att_native(l)) return att_kernel_scratch(l, B);
     return att_kernel_scratch(l, B) + dt_lowp_floats(l, (size_t)B * l->in_dim, (size_t)B * l->out_dim, 0);
 }
 
-static void gqa_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved, float *at) {
+/* The GQA kernels under the layer's precision: the bf16 ones natively, the
+ * fp32 ones (on rounded copies) otherwise. */
+static void gqa_fwd(const dt_layer *l, float *out, float *att, float *scratch, const float *qkv, int B, int T, int NH,
+                    int NKV, int HS) {
+    if (att_native(l)) dt_attention_gqa_forward_bf16(out, att, scratch, qkv, B, T, NH, NKV, HS);
+    else dt_attention_gqa_forward(out, att, qkv, B, T, NH, NKV, HS);
+}
+static void gqa_bwd(const dt_layer *l, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                    const float *att, int B, int T, int NH, int NKV, int HS) {
+    if (att_native(l)) dt_attention_gqa_backward_bf16(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, HS);
+    else dt_attention_gqa_backward(dqkv, scratch, dout, qkv, att, B, T, NH, NKV, HS);
+}
+
+static void gqa_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
+                        float *scratch) {
     int B = c->batch->B, T = l->d[0], NH = l->d[2], NKV = l->d[3], HS = l->d[4];
+    float *at = scratch + att_kernel_scratch(l, B);
     const float *qkv = in;
     if (l->d[5]) {
         float *rot = saved + ((att_saved(l, B) - att_qkv(l, B)));
@@ -353,8 +377,8 @@ static void gqa_forward(const dt_layer *l, const dt_lctx *c, const float *in, fl
         dt_rope_apply(rot, B, T, NH + NKV, HS, (size_t)(NH + 2 * NKV) * HS, l->f[0], +1);
         qkv = rot;
     }
-    qkv = dt_lowp_operand(l, &at, qkv, att_qkv(l, B));
-    dt_attention_gqa_forward(out, saved, qkv, B, T, NH, NKV, HS);
+    if (!att_native(l)) qkv = dt_lowp_operand(l, &at, qkv, att_qkv(l, B));
+    gqa_fwd(l, out, saved, scratch, qkv, B, T, NH, NKV, HS);
 }
 
 static void gqa_backward(const dt_layer *l, const dt_lctx *c, const float *in, const float *dout, float *din,
@@ -362,31 +386,37 @@ static void gqa_backward(const dt_layer *l, const dt_lctx *c, const float *in, c
     int B = c->batch->B, T = l->d[0], NH = l->d[2], NKV = l->d[3], HS = l->d[4];
     const float *qkv = l->d[5] ? saved + (att_saved(l, B) - att_qkv(l, B)) : in;
     float *at = scratch + att_kernel_scratch(l, B);
-    qkv = dt_lowp_operand(l, &at, qkv, att_qkv(l, B));
-    dout = dt_lowp_operand(l, &at, dout, (size_t)B * l->out_dim);
+    if (!att_native(l)) {
+        qkv = dt_lowp_operand(l, &at, qkv, att_qkv(l, B));
+        dout = dt_lowp_operand(l, &at, dout, (size_t)B * l->out_dim);
+    }
     if (!l->d[5]) {
-        dt_attention_gqa_backward(din, scratch, dout, qkv, saved, B, T, NH, NKV, HS);
+        gqa_bwd(l, din, scratch, dout, qkv, saved, B, T, NH, NKV, HS);
         return;
     }
     /* din may hold other contributions: rotate back only this layer's part. */
     size_t n = att_qkv(l, B);
-    float *d = scratch + dt_attention_gqa_scratch_floats(B, T, NH, NKV, HS);
+    float *d = scratch + att_kern(l, B);
     memset(d, 0, n * sizeof(float));
-    dt_attention_gqa_backward(d, scratch, dout, qkv, saved, B, T, NH, NKV, HS);
+    gqa_bwd(l, d, scratch, dout, qkv, saved, B, T, NH, NKV, HS);
     dt_rope_apply(d, B, T, NH + NKV, HS, (size_t)(NH + 2 * NKV) * HS, l->f[0], -1);
     for (size_t k = 0; k < n; k++) din[k] += d[k];
 }
 
 static void att_forward(const dt_layer *l, const dt_lctx *c, const float *in, float *out, float *saved,
                         float *scratch) {
-    int B = c->batch->B;
-    float *at = scratch + att_kernel_scratch(l, B);
+    int B = c->batch->B, T = l->d[0], C = l->d[1], NH = l->d[2];
     if (att_gqa(l)) {
-        gqa_forward(l, c, in, out, saved, at);
+        gqa_forward(l, c, in, out, saved, scratch);
         return;
     }
+    if (att_native(l)) {
+        dt_attention_gqa_forward_bf16(out, saved, scratch, in, B, T, NH, NH, C / NH);
+        return;
+    }
+    float *at = scratch + att_kernel_scratch(l, B);
     in = dt_lowp_operand(l, &at, in, (size_t)B * l->in_dim);
-    dt_attention_forward(out, saved, in, B, l->d[0], l->d[1], l->d[2]);
+    dt_attention_forward(out, saved, in, B, T, C, NH);
 }
 
 static void att_backward(const dt_layer *l, const dt_lctx *c, const float *in, const float *out,
@@ -396,11 +426,15 @@ static void att_backward(const dt_layer *l, const dt_lctx *c, const float *in, c
         gqa_backward(l, c, in, dout, din, saved, scratch);
         return;
     }
-    int B = c->batch->B;
+    int B = c->batch->B, T = l->d[0], C = l->d[1], NH = l->d[2];
+    if (att_native(l)) {
+        dt_attention_gqa_backward_bf16(din, scratch, dout, in, saved, B, T, NH, NH, C / NH);
+        return;
+    }
     float *at = scratch + att_kernel_scratch(l, B);
     in = dt_lowp_operand(l, &at, in, (size_t)B * l->in_dim);
     dout = dt_lowp_operand(l, &at, dout, (size_t)B * l->out_dim);
-    dt_attention_backward(din, scratch, dout, in, saved, B, l->d[0], l->d[1], l->d[2]);
+    dt_attention_backward(din, scratch, dout, in, saved, B, T, C, NH);
 }
 
 static const dt_layer_ops att_ops = {"attention", false, att_saved, att_scratch, att_forward, att_backward};

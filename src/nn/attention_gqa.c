@@ -13,7 +13,10 @@
  * The query heads of a group add into the same dK and dV (the GEMMs run with
  * beta = 1), which is repeat_kv's backward, a sum over the group.
  * Backward scratch: one T x T buffer (datt, then dS in place) reused for every
- * (b, h): dt_attention_gqa_scratch_floats = T*T. */
+ * (b, h): dt_attention_gqa_scratch_floats = T*T.
+ * The _bf16 pair runs the same six GEMMs through dt_gemm_bf16 (gemm_bf16.c),
+ * which rounds their operands to bf16 while packing them, the probabilities
+ * and dS among them; its packing scratch follows the T x T buffer. */
 #include "core/cpu.h"
 #include "vexp.h"
 #include "dtrain/core.h"
@@ -68,8 +71,20 @@ static inline __attribute__((always_inline)) void causal_softmax(float *a, int T
     }
 }
 
-DT_HOT void dt_attention_gqa_forward(float *out, float *att, const float *qkv, int B, int T,
-                                     int NH, int NKV, int HS) {
+/* The per-head GEMMs: cblas_sgemm, or dt_gemm_bf16 (operands rounded to bf16
+ * while packed) when pack, its packing scratch, is given. */
+static void gemm(float *pack, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+    if (pack) {
+        dt_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pack);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+                lda, B, ldb, beta, C, ldc);
+}
+
+DT_HOT static void forward(float *out, float *att, float *pack, const float *qkv, int B, int T, int NH, int NKV,
+                           int HS) {
     DT_ASSERT(NKV >= 1 && NH % NKV == 0);
     const int C3 = (NH + 2 * NKV) * HS, C = NH * HS, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -82,23 +97,19 @@ DT_HOT void dt_attention_gqa_forward(float *out, float *att, const float *qkv, i
             const float *v = row0 + v_off(kvh, NH, NKV, HS);
             float *a = att + ((size_t)b * NH + h) * T * T;
             float *o = out + (size_t)b * T * C + (size_t)h * HS;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k,
-                        C3, 0.0f, a, T);
+            gemm(pack, false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, a, T);
             causal_softmax(a, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, v,
-                        C3, 0.0f, o, C);
+            gemm(pack, false, false, T, HS, T, 1.0f, a, T, v, C3, 0.0f, o, C);
         }
     }
 }
 
-DT_HOT void dt_attention_gqa_backward(float *dqkv, float *scratch, const float *dout,
-                                      const float *qkv, const float *att, int B, int T, int NH,
-                                      int NKV, int HS) {
-    if (!dqkv) return;
+/* ds: the (T, T) buffer for datt and dS. */
+DT_HOT static void backward(float *dqkv, float *ds, float *pack, const float *dout, const float *qkv,
+                            const float *att, int B, int T, int NH, int NKV, int HS) {
     DT_ASSERT(NKV >= 1 && NH % NKV == 0);
     const int C3 = (NH + 2 * NKV) * HS, C = NH * HS, group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HS);
-    float *ds = scratch; /* (T, T) */
     for (int b = 0; b < B; b++) {
         const size_t row0 = (size_t)b * T * C3;
         for (int h = 0; h < NH; h++) {
@@ -111,10 +122,8 @@ DT_HOT void dt_attention_gqa_backward(float *dqkv, float *scratch, const float *
             float *dv = dqkv + row0 + v_off(kvh, NH, NKV, HS);
             const float *a = att + ((size_t)b * NH + h) * T * T;
             const float *g = dout + (size_t)b * T * C + (size_t)h * HS;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, a, T, g, C,
-                        1.0f, dv, C3);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, g, C, v, C3,
-                        0.0f, ds, T);
+            gemm(pack, true, false, T, HS, T, 1.0f, a, T, g, C, 1.0f, dv, C3);
+            gemm(pack, false, true, T, T, HS, 1.0f, g, C, v, C3, 0.0f, ds, T);
             for (int t = 0; t < T; t++) {
                 const float *restrict ar = a + (size_t)t * T;
                 float *restrict dr = ds + (size_t)t * T;
@@ -123,10 +132,36 @@ DT_HOT void dt_attention_gqa_backward(float *dqkv, float *scratch, const float *
                 for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - dot);
                 memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, ds, T, k,
-                        C3, 1.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, ds, T, q, C3,
-                        1.0f, dk, C3);
+            gemm(pack, false, false, T, HS, T, scale, ds, T, k, C3, 1.0f, dq, C3);
+            gemm(pack, true, false, T, HS, T, scale, ds, T, q, C3, 1.0f, dk, C3);
         }
     }
+}
+
+void dt_attention_gqa_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int HS) {
+    forward(out, att, NULL, qkv, B, T, NH, NKV, HS);
+}
+
+void dt_attention_gqa_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
+                               int B, int T, int NH, int NKV, int HS) {
+    if (dqkv) backward(dqkv, scratch, NULL, dout, qkv, att, B, T, NH, NKV, HS);
+}
+
+/* The (T, T) buffer of the backward, then dt_gemm_bf16's packing for the
+ * larger of the two shapes, (T, T, HS) and (T, HS, T). */
+size_t dt_attention_gqa_bf16_scratch_floats(int B, int T, int NH, int NKV, int HS) {
+    size_t s = dt_gemm_bf16_scratch_floats(T, T, HS), p = dt_gemm_bf16_scratch_floats(T, HS, T);
+    return dt_attention_gqa_scratch_floats(B, T, NH, NKV, HS) + (s > p ? s : p);
+}
+
+void dt_attention_gqa_forward_bf16(float *out, float *att, float *scratch, const float *qkv, int B, int T, int NH,
+                                   int NKV, int HS) {
+    forward(out, att, scratch + dt_attention_gqa_scratch_floats(B, T, NH, NKV, HS), qkv, B, T, NH, NKV, HS);
+}
+
+void dt_attention_gqa_backward_bf16(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                                    const float *att, int B, int T, int NH, int NKV, int HS) {
+    if (dqkv)
+        backward(dqkv, scratch, scratch + dt_attention_gqa_scratch_floats(B, T, NH, NKV, HS), dout, qkv, att, B, T,
+                 NH, NKV, HS);
 }

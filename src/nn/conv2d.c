@@ -23,7 +23,18 @@
  *
  * im2col copies whole output rows: for each (c, kh, kw) the valid ow range is
  * computed once, the padding at the edges is zero-filled and the middle is a
- * contiguous copy (stride 1) or a strided gather, with no per-element branches. */
+ * contiguous copy (stride 1) or a strided gather, with no per-element branches.
+ *
+ * --precision bf16 on a CPU with AVX512-BF16 runs this path for every
+ * convolution with dt_gemm_bf16 in place of cblas_sgemm (dt_conv2d_*_bf16):
+ * it rounds the operands while packing them, so no rounded copy is made. Its
+ * chunks are DT_CONV_BF16_COLS = 512 columns: the bf16 GEMM gains more from
+ * wide panels (bench_conv, W3 conv2: 26.5 ms a step at 64 columns, 24 at 512,
+ * 24 at 1024). Against the fp32 direct kernel it is 1.4-1.6x on W3's conv2
+ * and 3x3 layers, 1.7x on a 1x1, and even on W3's conv1 (one input channel:
+ * K = 25, where packing costs as much as the products). A bf16 direct kernel
+ * would save im2col's copy and the packing (a quarter of a bf16 W3 step) and
+ * is not built. */
 #include "conv2d_impl.h"
 #include "parts.h"
 
@@ -37,23 +48,31 @@
 #ifndef DT_CONV_COLS
 #define DT_CONV_COLS 128
 #endif
+#ifndef DT_CONV_BF16_COLS
+#define DT_CONV_BF16_COLS 512
+#endif
 
 int dt_conv2d_out_h(const dt_conv2d_dims *d) { return (d->H + 2 * d->pad - d->KH) / d->stride + 1; }
 
 int dt_conv2d_out_w(const dt_conv2d_dims *d) { return (d->W + 2 * d->pad - d->KW) / d->stride + 1; }
 
-static int chunk_samples(const dt_conv2d_dims *d) {
+/* Samples per chunk: enough for `cols` GEMM columns, at most the batch. */
+static int chunk_samples(const dt_conv2d_dims *d, size_t cols) {
     size_t P = (size_t)dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
-    size_t nb = (DT_CONV_COLS + P - 1) / P;
+    size_t nb = (cols + P - 1) / P;
     if (nb > (size_t)d->B) nb = (size_t)d->B;
     return nb < 1 ? 1 : (int)nb;
 }
 
-size_t dt_conv2d_im2col_scratch_floats(const dt_conv2d_dims *d) {
+/* col, then the staging buffer (none for one sample), for chunks of nb. */
+static size_t im2col_floats(const dt_conv2d_dims *d, int nb) {
     size_t K = (size_t)d->IC * d->KH * d->KW;
-    size_t nb = (size_t)chunk_samples(d);
-    size_t cols = nb * dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
-    return (K + (nb > 1 ? (size_t)d->OC : 0)) * cols; /* no staging for one sample */
+    size_t cols = (size_t)nb * dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
+    return (K + (nb > 1 ? (size_t)d->OC : 0)) * cols;
+}
+
+size_t dt_conv2d_im2col_scratch_floats(const dt_conv2d_dims *d) {
+    return im2col_floats(d, chunk_samples(d, DT_CONV_COLS));
 }
 
 /* Output columns [lo, hi) whose input column ow*stride - pad + kw lies in [0, W). */
@@ -85,6 +104,29 @@ static inline void copy_row(float *restrict dst, const float *restrict src, int 
         memcpy(dst + n - 8, src + n - 8, sizeof(v8f));
     } else {
         for (int i = 0; i < n; i++) dst[i] = src[i];
+    }
+}
+
+/* dst[0..n) = 0 the same way: the padding edges are 1-2 floats, where the libc
+ * memset call GCC makes of a plain loop costs more than the stores. */
+static inline void zero_row(float *dst, int n) {
+    if (n >= 16) {
+        const v16f z = {0};
+        int i = 0;
+        for (; i + 16 <= n; i += 16) memcpy(dst + i, &z, sizeof z);
+        if (i < n) memcpy(dst + n - 16, &z, sizeof z);
+    } else if (n >= 8) {
+        const v8f z = {0};
+        memcpy(dst, &z, sizeof z);
+        memcpy(dst + n - 8, &z, sizeof z);
+    } else if (n >= 4) {
+        const float z[4] = {0};
+        memcpy(dst, z, sizeof z);
+        memcpy(dst + n - 4, z, sizeof z);
+    } else {
+        if (n > 0) dst[0] = 0.0f;
+        if (n > 1) dst[1] = 0.0f;
+        if (n > 2) dst[2] = 0.0f;
     }
 }
 
@@ -128,17 +170,17 @@ DT_HOT static void im2col(float *col, size_t ld, const float *x, const dt_conv2d
                     float *dst = row + (size_t)oh * OW;
                     int ih = oh * S - Pd + kh;
                     if (ih < 0 || ih >= d->H) {
-                        memset(dst, 0, (size_t)OW * sizeof(float));
+                        zero_row(dst, OW);
                         continue;
                     }
                     const float *src = xc + (size_t)ih * d->W + (lo * S - Pd + kw);
-                    for (int ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
+                    zero_row(dst, lo);
                     if (S == 1) {
                         copy_row(dst + lo, src, hi - lo);
                     } else {
                         for (int ow = lo; ow < hi; ow++) dst[ow] = src[(ow - lo) * S];
                     }
-                    for (int ow = hi; ow < OW; ow++) dst[ow] = 0.0f;
+                    zero_row(dst + hi, OW - hi);
                 }
             }
         }
@@ -173,13 +215,26 @@ DT_HOT static void col2im_add(float *dx, const float *col, size_t ld, const dt_c
     }
 }
 
-void dt_conv2d_im2col_forward(float *out, float *scratch, const float *inp, const float *w,
-                       const float *b, const dt_conv2d_dims *d) {
+/* The GEMMs of the im2col path: cblas_sgemm, or dt_gemm_bf16 (operands rounded
+ * to bf16 while packed) when pack, its packing scratch, is given. */
+static void gemm(float *pack, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc) {
+    if (pack) {
+        dt_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pack);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
+                lda, B, ldb, beta, C, ldc);
+}
+
+/* The im2col forward on chunks of NB samples; col (the chunk's columns), then
+ * the staging buffer, from scratch; pack: as gemm. */
+static void im2col_forward(float *out, float *scratch, float *pack, const float *inp, const float *w, const float *b,
+                           const dt_conv2d_dims *d, int NB) {
     DT_ASSERT(d->stride >= 1 && d->pad >= 0);
     const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d), OC = d->OC;
     const size_t P = (size_t)OH * OW, K = (size_t)d->IC * d->KH * d->KW;
     const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)OC * P;
-    const int NB = chunk_samples(d);
     float *col = scratch;
     for (int b0 = 0; b0 < d->B; b0 += NB) {
         const int nb = d->B - b0 < NB ? d->B - b0 : NB;
@@ -193,13 +248,11 @@ void dt_conv2d_im2col_forward(float *out, float *scratch, const float *inp, cons
                 float bv = b ? b[o] : 0.0f;
                 for (size_t i = 0; i < P; i++) y[o * P + i] = bv;
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, OC, (int)P, (int)K, 1.0f, w,
-                        (int)K, col, (int)P, 1.0f, y, (int)P);
+            gemm(pack, false, false, OC, (int)P, (int)K, 1.0f, w, (int)K, col, (int)P, 1.0f, y, (int)P);
             continue;
         }
         float *stage = scratch + K * NB * P; /* (OC, nb*P) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, OC, (int)ld, (int)K, 1.0f, w,
-                    (int)K, col, (int)ld, 0.0f, stage, (int)ld);
+        gemm(pack, false, false, OC, (int)ld, (int)K, 1.0f, w, (int)K, col, (int)ld, 0.0f, stage, (int)ld);
         for (int s = 0; s < nb; s++) {
             float *y = out + (b0 + s) * out_sz;
             for (int o = 0; o < OC; o++) {
@@ -212,13 +265,42 @@ void dt_conv2d_im2col_forward(float *out, float *scratch, const float *inp, cons
     }
 }
 
-void dt_conv2d_im2col_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout,
-                        const float *inp, const float *w, const dt_conv2d_dims *d) {
+/* db[o] += the sum of row o of g (OC rows of n floats, ld apart). Under bf16
+ * (round) its terms are rounded to bf16, as autocast sums the bf16 gradient,
+ * and summed 16 lanes wide (fp32's serial sum, which the fp32 path keeps, took
+ * most of W3 conv1's backward). */
+static void bias_grad(float *db, const float *g, size_t ld, size_t n, int OC, bool round) {
+    for (int o = 0; o < OC; o++) {
+        const float *restrict r = g + o * ld;
+        float acc = 0.0f;
+        if (!round) {
+            for (size_t i = 0; i < n; i++) acc += r[i];
+            db[o] += acc;
+            continue;
+        }
+        float t[256];
+        v16f lanes = {0};
+        for (size_t i = 0; i < n; i += 256) {
+            const size_t m = n - i < 256 ? n - i : 256;
+            dt_round_bf16(t, r + i, m);
+            memset(t + m, 0, (256 - m) * sizeof(float));
+            for (size_t j = 0; j < m; j += 16) {
+                v16f x;
+                memcpy(&x, t + j, sizeof x);
+                lanes += x;
+            }
+        }
+        for (int l = 0; l < 16; l++) acc += lanes[l];
+        db[o] += acc;
+    }
+}
+
+static void im2col_backward(float *dinp, float *dw, float *db, float *scratch, float *pack, const float *dout,
+                            const float *inp, const float *w, const dt_conv2d_dims *d, int NB) {
     DT_ASSERT(d->stride >= 1 && d->pad >= 0);
     const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d), OC = d->OC;
     const size_t P = (size_t)OH * OW, K = (size_t)d->IC * d->KH * d->KW;
     const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)OC * P;
-    const int NB = chunk_samples(d);
     float *col = scratch;
     for (int b0 = 0; b0 < d->B; b0 += NB) {
         const int nb = d->B - b0 < NB ? d->B - b0 : NB;
@@ -233,24 +315,50 @@ void dt_conv2d_im2col_backward(float *dinp, float *dw, float *db, float *scratch
                            P * sizeof(float));
             g = stage;
         }
-        if (db) {
-            for (int o = 0; o < OC; o++) {
-                const float *restrict r = g + o * ld;
-                float acc = 0.0f;
-                for (size_t i = 0; i < ld; i++) acc += r[i];
-                db[o] += acc;
-            }
-        }
+        if (db) bias_grad(db, g, ld, ld, OC, pack != NULL);
         for (int s = 0; s < nb; s++)
             im2col(col + (size_t)s * P, ld, inp + (b0 + s) * in_sz, d, OH, OW);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, (int)K, (int)ld, 1.0f, g,
-                    (int)ld, col, (int)ld, 1.0f, dw, (int)K);
+        gemm(pack, false, true, OC, (int)K, (int)ld, 1.0f, g, (int)ld, col, (int)ld, 1.0f, dw, (int)K);
         if (!dinp) continue;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)ld, OC, 1.0f, w,
-                    (int)K, g, (int)ld, 0.0f, col, (int)ld);
+        gemm(pack, true, false, (int)K, (int)ld, OC, 1.0f, w, (int)K, g, (int)ld, 0.0f, col, (int)ld);
         for (int s = 0; s < nb; s++)
             col2im_add(dinp + (b0 + s) * in_sz, col + (size_t)s * P, ld, d, OH, OW);
     }
+}
+
+void dt_conv2d_im2col_forward(float *out, float *scratch, const float *inp, const float *w,
+                       const float *b, const dt_conv2d_dims *d) {
+    im2col_forward(out, scratch, NULL, inp, w, b, d, chunk_samples(d, DT_CONV_COLS));
+}
+
+void dt_conv2d_im2col_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout,
+                        const float *inp, const float *w, const dt_conv2d_dims *d) {
+    im2col_backward(dinp, dw, db, scratch, NULL, dout, inp, w, d, chunk_samples(d, DT_CONV_COLS));
+}
+
+/* ---- bf16: im2col + dt_gemm_bf16 for all three products -------------------------- */
+
+/* The columns and staging of chunks of nb samples, then dt_gemm_bf16's packing
+ * for the largest of the three GEMMs. */
+size_t dt_conv2d_bf16_scratch_floats(const dt_conv2d_dims *d) {
+    const int nb = chunk_samples(d, DT_CONV_BF16_COLS);
+    const int K = d->IC * d->KH * d->KW, cols = nb * dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
+    size_t f = dt_gemm_bf16_scratch_floats(d->OC, cols, K), g = dt_gemm_bf16_scratch_floats(d->OC, K, cols),
+           x = dt_gemm_bf16_scratch_floats(K, cols, d->OC);
+    size_t pack = f > g ? (f > x ? f : x) : (g > x ? g : x);
+    return im2col_floats(d, nb) + pack;
+}
+
+void dt_conv2d_forward_bf16(float *out, float *scratch, const float *inp, const float *w, const float *b,
+                            const dt_conv2d_dims *d) {
+    const int nb = chunk_samples(d, DT_CONV_BF16_COLS);
+    im2col_forward(out, scratch, scratch + im2col_floats(d, nb), inp, w, b, d, nb);
+}
+
+void dt_conv2d_backward_bf16(float *dinp, float *dw, float *db, float *scratch, const float *dout,
+                             const float *inp, const float *w, const dt_conv2d_dims *d) {
+    const int nb = chunk_samples(d, DT_CONV_BF16_COLS);
+    im2col_backward(dinp, dw, db, scratch, scratch + im2col_floats(d, nb), dout, inp, w, d, nb);
 }
 
 size_t dt_conv2d_scratch_floats(const dt_conv2d_dims *d) {

@@ -514,7 +514,7 @@ static const dt_flag train_flags[] = {
     CH("hidden", hidden, model.hidden, TR, S_MODEL, "H1,H2,...", "mlp hidden sizes ('none': a linear model)"),
     CH("precision", precision, model.precision, TR, S_MODEL, "fp32|bf16|bf16-emulated|fp16", "bf16: every GEMM and "
        "convolution multiplies its operands rounded to bf16 and sums in fp32 (PyTorch's bf16 autocast); weights, "
-       "gradients and optimizer state stay fp32; linears use AVX512-BF16 where the CPU has it, bf16-emulated never; "
+       "gradients and optimizer state stay fp32; products use AVX512-BF16 where the CPU has it, bf16-emulated never; "
        "fp16: operands rounded to IEEE half (emulated) with dynamic loss scaling (docs/PRECISION.md)"),
     NUM("loss-scale", DT_FLAG_FLOAT, loss_scale, 1, 0x1p64, TR, S_MODEL, "S", "fp16: the first loss scale (the fixed "
         "one with --loss-scale-window 0); halved when a step's gradient overflows (the step is dropped)"),

@@ -69,8 +69,7 @@ static void log_lowp(int precision) {
                "rounded to bf16, in fp32 (docs/PRECISION.md)");
     else if (dt_gemm_bf16_available())
         dt_log(DT_LOG_INFO, "--precision bf16: GEMM and convolution operands rounded to bf16, sums in fp32; linear "
-               "layers on this CPU's AVX512-BF16, attention and convolutions on rounded copies in fp32 "
-               "(docs/PRECISION.md)");
+               "layers, convolutions and attention's products on this CPU's AVX512-BF16 (docs/PRECISION.md)");
     else
         dt_log(DT_LOG_INFO, "--precision bf16: this CPU has no AVX512-BF16: every GEMM and convolution runs on copies "
                "of its operands rounded to bf16, in fp32 (emulated: the numbers of bf16 at fp32 speed or a little "
