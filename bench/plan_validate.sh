@@ -34,10 +34,10 @@ cores=$(nproc)
 # logged interval is left out, the median of the others is the step time. At
 # 100 Mbit/s a step is wire-bound (0.5-2 s) and its intervals agree within a
 # few percent, so fewer steps do. W1's 20 ms steps on this shared machine
-# vary by a third between 10-step intervals, so it runs 5 intervals of 20.
+# vary by a third between 10-step intervals, so it runs 9 intervals of 20.
 W1="--model mlp --batch 128"
 W2="--model gpt --batch 16 --eval-max 1"
-steps_W1=120:20 steps_W1_100mbit=12:3
+steps_W1=200:20 steps_W1_100mbit=12:3
 steps_W2=16:4 steps_W2_100mbit=6:2
 
 # Layouts: n:dp:tp:pp:zero:micro:schedule:recompute[:compression]; schedule

@@ -95,6 +95,14 @@ refuse 2 "unknown model 'vgg'" -- --cluster "$tmp/c.json" --model vgg
 refuse 2 "bad flag or value '--batch'" -- --cluster "$tmp/c.json" --batch 0
 refuse 2 "--emulated only describes a machine: give it with --calibrate OUT" -- --cluster "$tmp/c.json" --emulated
 refuse 2 "--fit only describes a machine" -- --cluster "$tmp/c.json" --fit "$tmp/c.json"
+sed 's/"hosts": 2,/"hosts": 2, "staging_ns_per_byte": -1,/' "$tmp/c.json" > "$tmp/st.json"
+refuse 1 '"staging_ns_per_byte" must be a number in \[0' -- --cluster "$tmp/st.json"
+# --calibrate: this machine described, the re-fault cost of ZeRO-2/3's released
+# pages measured (>= 0) and read back; a ZeRO-2 row costs that much more ZeRO time
+"$dt" plan --calibrate "$tmp/cal.json" --model mlp --batch 16 > "$tmp/cal.log" 2>&1 &&
+  s=$(python3 -c "import json,sys; v=json.load(open(sys.argv[1]))['staging_ns_per_byte']; assert 0 <= v < 100; print(v)" "$tmp/cal.json") &&
+  "$dt" plan --cluster "$tmp/cal.json" --model mlp --batch 16 > /dev/null 2>&1 &&
+  ok "--calibrate: staging_ns_per_byte $s, read back" || { fail "--calibrate"; indent < "$tmp/cal.log"; }
 sed 's/"hosts": 2,/"hosts": 2, "speed": [1],/' "$tmp/c.json" > "$tmp/sp.json"
 refuse 1 '"speed" must list one factor per host' -- --cluster "$tmp/sp.json"
 finish

@@ -134,6 +134,27 @@ static void spare_core(void) {
            (2 * sum - last_g) * 1e3);
     test_cond("ZeRO-3: each gather's memory passes at gamma", near(z3g.zero_s, 2 * sum - last_g));
     cg->links.gamma = 0;
+    /* Released pages written again: ZeRO-2 the gradients once a step, ZeRO-3
+     * those and the gathered parameters twice a micro-batch, at staging_s_per_byte */
+    cg->staging_s_per_byte = 0.2e-9;
+    dt_plan_pred z2p, z3p;
+    double gbytes = busy.mem.params; /* ZeRO-0: the whole model, in bytes */
+    l.zero = 2;
+    test_cond("ZeRO-2 with re-faults: predicted", dt_plan_predict(&in, &l, &z2p) == DT_OK);
+    l.zero = 3;
+    l.micro = 2;
+    dt_plan_pred z3m;
+    cg->staging_s_per_byte = 0;
+    test_cond("ZeRO-3, 2 micro-batches: predicted", dt_plan_predict(&in, &l, &z3m) == DT_OK);
+    cg->staging_s_per_byte = 0.2e-9;
+    test_cond("ZeRO-3 with re-faults: predicted", dt_plan_predict(&in, &l, &z3p) == DT_OK);
+    printf("re-faults at 0.2 ns/B of %.0f gradient bytes: ZeRO-2 +%.4f ms, ZeRO-3 (M 2) +%.4f ms\n", gbytes,
+           (z2p.zero_s - z2.zero_s) * 1e3, (z3p.zero_s - z3m.zero_s) * 1e3);
+    test_cond("ZeRO-2: the gradient arena re-faulted once a step", near(z2p.zero_s - z2.zero_s, 0.2e-9 * gbytes));
+    test_cond("ZeRO-3: and the parameters twice a micro-batch", near(z3p.zero_s - z3m.zero_s, 0.2e-9 * gbytes * 5));
+    test_cond("re-faults are ZeRO's: the step grows by as much", near(z2p.step_s - z2.step_s, 0.2e-9 * gbytes));
+    cg->staging_s_per_byte = 0;
+    l.micro = 1;
     in.cluster = cluster(1, 2, 4);
     test_cond("ZeRO-3, a spare core: predicted", dt_plan_predict(&in, &l, &z3s) == DT_OK);
     printf("ZeRO-3, a spare core: gathers exposed %.4f ms\n", z3s.zero_s * 1e3);

@@ -178,6 +178,34 @@ typedef void (*dt_dp_trace_fn)(void *ctx, const char *name, int bucket, double t
                                bool comm_thread);
 void dt_dp_set_trace(dt_dp *dp, dt_dp_trace_fn fn, void *ctx);
 
+/* An arena of `floats` floats in an anonymous mapping whose ranges can be
+ * handed back to the kernel (they read as zeros and fault in again when
+ * written): ZeRO-2's gradients, ZeRO-3's parameters, and the planner's
+ * profile of what re-faulting them costs (arena_map.c). */
+typedef struct dt_arena_map {
+    void *map;
+    size_t map_len;
+    float *base;              /* the arena: 2 MiB aligned */
+    size_t bytes;             /* its bytes (at least 1) */
+    size_t page_floats;       /* release granularity: the arena's page size */
+} dt_arena_map;
+
+/* Maps the arena (zeroed); what names it in the error. `unit` is the
+ * typical range released (floats): 2 MiB pages are asked for when it spans
+ * at least one (far fewer faults; a release hands back the huge pages
+ * wholly inside the range), 4 KiB pages otherwise (a release smaller than a
+ * huge page would hand nothing back). */
+dt_status dt_arena_map_create(dt_arena_map *a, size_t floats, size_t unit, const char *what);
+void dt_arena_map_destroy(dt_arena_map *a); /* zeroed struct ok */
+/* Zeroes [lo, hi): the pages wholly inside it are released, the partial
+ * pages at its edges zeroed by hand. */
+void dt_arena_release(const dt_arena_map *a, size_t lo, size_t hi);
+/* Faults the pages of [lo, hi) in at once (MADV_POPULATE_WRITE, where the
+ * kernel has it: one call instead of a fault a page); their contents kept. */
+void dt_arena_populate(const dt_arena_map *a, size_t lo, size_t hi);
+/* The arena's resident bytes now (mincore). */
+size_t dt_arena_resident(const dt_arena_map *a);
+
 #ifdef __cplusplus
 }
 #endif

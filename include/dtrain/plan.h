@@ -105,6 +105,9 @@ typedef struct dt_plan_cluster {
     double micro_overhead_s;   /* a micro-batch's fixed forward + backward time, whole model */
     double codec_enc_s_per_float[DT_COMP_COUNT]; /* a codec's encode (error feedback too) */
     double codec_dec_s_per_float[DT_COMP_COUNT]; /* one decode-and-sum, seconds per float */
+    double staging_s_per_byte; /* a step's extra time per byte of pages handed back and written
+                                * again (ZeRO-2's gradient staging, ZeRO-3's gathers; the
+                                * profile's; "staging_ns_per_byte", 0 when absent) */
     double speed[DT_PLAN_MAX_HOSTS]; /* per-host factors on flops (1: as given) */
     /* The cross link's rate as measured by message size ('dtrain bench allreduce
      * --fit'): a message of cross_msg[k] bytes (ascending) crosses at
@@ -161,6 +164,7 @@ typedef struct dt_plan_profile_out {
     double step_s;            /* the median step at batch B */
     double optim_s_per_param;
     double codec_enc_s_per_float[DT_COMP_COUNT], codec_dec_s_per_float[DT_COMP_COUNT];
+    double staging_s_per_byte; /* a step's extra time per gradient byte whose pages were released */
     int procs;                /* profiles that ran at once (the caller sets it) */
 } dt_plan_profile_out;
 
@@ -202,7 +206,8 @@ typedef struct dt_plan_pred {
     double bubble_s;           /* the schedule's idle time on that stage (with transfers) */
     double tp_s;               /* tensor-parallel all-reduces on the busiest stage */
     double dp_s;               /* exposed gradient reduction (after backward's overlap) */
-    double zero_s;             /* ZeRO's parameter all-gather */
+    double zero_s;             /* ZeRO's parameter all-gather, and under ZeRO-2/3 re-faulting
+                                * the pages it released (staging_s_per_byte) */
     double codec_s;            /* compression's encoding and decoding (exposed) */
     double ps_s;               /* the parameter server's push, apply and pull (exposed) */
     double optim_s;

@@ -12,6 +12,8 @@
  * "base_mb" what a rank holds besides dtrain's own allocations (the runtime and
  * the data) and "mpi_mb" what MPI adds to a rank of a world of more than one
  * (dt_plan_calibrate_base; 0 when absent),
+ * "staging_ns_per_byte" what a step pays per byte of released pages written
+ * again (ZeRO-2/3; the profile's),
  * "micro_overhead_us" the fixed forward + backward time of a micro-batch of the
  * whole model (the t0 of dt_plan_profile), "codec_ns_per_float" {"int8": [encode,
  * decode], ...} per codec (absent ones: codec_default's figures, measured on an
@@ -154,13 +156,14 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
     if (!st) st = num(path, o, "gflops", 1e-3, 1e9, -1, &gf);
     if (!st) st = num(path, o, "memory_gb", 1e-3, 1e9, -1, &gb);
     if (!st) st = num(path, o, "optim_ns_per_param", 0, 1e6, 1.0, &ons);
-    double cores = 0, gamma = 0, t0 = 0, base = 0, mpi = 0, shared = 0;
+    double cores = 0, gamma = 0, t0 = 0, base = 0, mpi = 0, shared = 0, stage = 0;
     if (!st) st = num(path, o, "cores", 1, 1 << 20, 0, &cores);
     if (!st) st = num(path, o, "shared_cores", 1, 1 << 20, 0, &shared);
     if (!st) st = num(path, o, "base_mb", 0, 1e9, 0, &base);
     if (!st) st = num(path, o, "mpi_mb", 0, 1e9, 0, &mpi);
     if (!st) st = num(path, o, "micro_overhead_us", 0, 1e9, 0, &t0);
     if (!st) st = num(path, o, "gamma_ns_per_byte", 0, 1e6, 0, &gamma);
+    if (!st) st = num(path, o, "staging_ns_per_byte", 0, 1e6, 0, &stage);
     if (!st) st = link_cost(path, o, "local", &c->links.local);
     if (!st) st = codecs(path, o, c);
     if (!st) st = link_cost(path, o, "cross", &c->links.cross);
@@ -179,6 +182,7 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
         c->shared_cores = (int)shared;
         c->links.gamma = gamma * 1e-9;
         c->micro_overhead_s = t0 * 1e-6;
+        c->staging_s_per_byte = stage * 1e-9;
         for (int h = 0; h < c->hosts; h++) c->speed[h] = 1.0;
     }
     const json_t *sp = json_object_get(o, "speed");
@@ -211,6 +215,7 @@ dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c) {
         json_object_set_new(cs, codec_default[k].name, json_pack("[f,f]", c->codec_enc_s_per_float[codec_default[k].kind] * 1e9,
                                                                   c->codec_dec_s_per_float[codec_default[k].kind] * 1e9));
     if (o) json_object_set_new(o, "micro_overhead_us", json_real(c->micro_overhead_s * 1e6));
+    if (o) json_object_set_new(o, "staging_ns_per_byte", json_real(c->staging_s_per_byte * 1e9));
     if (o && c->shared_cores > 0) json_object_set_new(o, "shared_cores", json_integer(c->shared_cores));
     if (o) json_object_set_new(o, "base_mb", json_real(c->base / 1e6));
     if (o) json_object_set_new(o, "mpi_mb", json_real(c->mpi_base / 1e6));

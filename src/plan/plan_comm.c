@@ -181,15 +181,24 @@ static double z3_chunk(const dt_plan_cluster *c, const stage_cost *w, int r, int
 
 /* A gather of a chunk's first bucket waits in full (the prefetch stays within
  * a chunk); each next one leaves while the bucket before computes. */
+/* Pages handed back and written again each step: ZeRO-2's gradient arena
+ * once; ZeRO-3's too, and its gathered parameters twice a micro-batch (the
+ * bucket kept from forward to backward is a small part, not taken off). */
+static double refaults(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w) {
+    if (l->zero < 2) return 0;
+    return c->staging_s_per_byte * 4 * w->params * (l->zero == 3 ? 1 + 2 * l->micro : 1);
+}
+
 double plan_zero_gather(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double fwd, double bwd) {
     if (!l->zero || l->dp < 2) return 0;
     int hosts, per, share;
     plan_dp_span(c, l, &hosts, &per, &share);
-    if (l->zero < 3) return 0.5 * plan_ar(c, hosts, per, share, w->params * 4);
+    double pages = refaults(c, l, w);
+    if (l->zero < 3) return 0.5 * plan_ar(c, hosts, per, share, w->params * 4) + pages;
     double all = 0, kept = 0, wait = 0;
     for (int r = 0; r < w->nr; r++) wait += z3_chunk(c, w, r, hosts, per, share, fwd, bwd, &all, &kept);
-    if (plan_oversubscribed(c)) return l->micro * (2 * all - kept);
-    return l->micro * wait;
+    if (plan_oversubscribed(c)) return l->micro * (2 * all - kept) + pages;
+    return l->micro * wait + pages;
 }
 
 double plan_ps_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd) {

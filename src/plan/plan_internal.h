@@ -75,7 +75,8 @@ double plan_codec_bytes(const dt_comp_cfg *cc);
 double plan_dp_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd);
 /* The parameter all-gathers' exposed seconds: ZeRO 1/2's after the update;
  * ZeRO-3's around each micro-batch's forward (fwd seconds) and backward (bwd),
- * prefetched bucket by bucket (plan_comm.c's opening comment). */
+ * prefetched bucket by bucket (plan_comm.c's opening comment); under ZeRO-2/3
+ * with the re-faults of the pages they release (staging_s_per_byte). */
 double plan_zero_gather(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double fwd, double bwd);
 /* The parameter server's exposed push, sum, apply and pull (BSP). */
 double plan_ps_exposed(const dt_plan_cluster *c, const dt_plan_layout *l, const stage_cost *w, double last_bwd);

@@ -14,22 +14,26 @@
  * beta. Then the optimizer's update (AdamW or SGD with momentum) over the
  * model's parameters, per parameter; and each codec's encode (with error
  * feedback where the codec has it by default) and decode of 2^20 normal
- * values, per value. Every timed operation ends with the caller's sync hook:
+ * values, per value; and what a step pays when its gradient pages were
+ * handed back (ZeRO-2's staging, ZeRO-3's gathers), per byte. Every timed operation ends with the caller's sync hook:
  * the program runs one profile per rank of a host (processes it starts) and
  * makes the hook a barrier between them, so the times are those of a
  * synchronous step with that many ranks on the host (threads would not do:
  * OpenBLAS serialises GEMMs called from several threads of one process).
  * Everything is allocated before the first operation, so no profile fails
- * between two syncs. Cost: 48 steps (about 16 B samples), 8 updates and 16
+ * between two syncs. Cost: 64 steps (about 32 B samples), 8 updates and 16
  * codings of 2^20 values per codec. */
 #include "dtrain/plan.h"
 
 #include "dtrain/compress.h"
 #include "dtrain/gradcomp.h"
 #include "dtrain/optim.h"
+#include "dtrain/parallel.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CODEC_N ((size_t)1 << 20)
 static const char *codec_names[] = {"fp16", "bf16", "int8", "topk:0.01", "sign"};
@@ -42,6 +46,8 @@ typedef struct worker {
     int32_t *tok;
     uint8_t *buf;
     dt_optim *opt;
+    dt_arena_map gm, gm2;     /* the model's gradient arena, as ZeRO-2 maps it, and one
+                               * more that staging()'s thread releases */
     int B;
     void (*sync)(void *);     /* NULL: one process */
     void *sync_ctx;
@@ -50,7 +56,10 @@ typedef struct worker {
 
 static void worker_free(worker *w) {
     dt_acts_destroy(w->a);
+    if (w->m && w->gm.map) w->m->g = NULL; /* the arena's, not the allocator's */
     dt_model_destroy(w->m);
+    dt_arena_map_destroy(&w->gm);
+    dt_arena_map_destroy(&w->gm2);
     dt_optim_destroy(w->opt);
     dt_free(w->x);
     dt_free(w->y);
@@ -79,6 +88,12 @@ static dt_status worker_make(worker *w, const dt_model_cfg *mc, int B, bool adam
     if (!w->x || !w->y || !w->tok || !w->g || !w->e || !w->tmp || !w->buf)
         st = dt_errorf(DT_ERR_NOMEM, "out of memory profiling the model");
     if (!st) st = dt_acts_create(&w->a, m, 0, m->n_blocks - 1, B);
+    if (!st) st = dt_arena_map_create(&w->gm, m->n, m->n, "profile's gradient arena");
+    if (!st) st = dt_arena_map_create(&w->gm2, m->n, m->n, "profile's second gradient arena");
+    if (!st) {
+        dt_free(m->g);
+        m->g = w->gm.base;
+    }
     dt_optim_cfg oc;
     dt_optim_cfg_default(&oc, adam ? DT_OPTIM_ADAMW : DT_OPTIM_SGD);
     if (!adam) oc.momentum = 0.9f;
@@ -179,6 +194,51 @@ static void codecs(worker *w) {
     }
 }
 
+/* A communication thread's releases during a step: the arena's eight ranges
+ * handed back one by one, `gap` seconds apart. */
+typedef struct releaser {
+    const dt_arena_map *a;
+    size_t n;
+    double gap;
+} releaser;
+
+static void *release_in_turn(void *arg) {
+    const releaser *r = arg;
+    for (int k = 0; k < 8; k++) {
+        struct timespec ts = {0, (long)(r->gap * 1e9)};
+        nanosleep(&ts, NULL);
+        dt_arena_release(r->a, r->n * (size_t)k / 8, r->n * (size_t)(k + 1) / 8);
+    }
+    return NULL;
+}
+
+/* What ZeRO-2's and ZeRO-3's released pages cost: a step whose gradient arena
+ * was handed back (its writes fault the pages in again) while a thread hands
+ * back another arena's ranges one by one, as ZeRO-2's communication thread
+ * releases each bucket after its reduce-scatter while backward runs, against
+ * the resident step before it, in eight pairs (the first a warm-up): the
+ * median difference per gradient byte (0 when noise makes it negative). The
+ * host's ranks do it at once, as a run's do. Both halves count: W1 at two
+ * ranks lost 1.5-2 ms a step to the releases (7.4 MB), where re-faulting alone
+ * in one thread measured 0.3 ms. */
+static void staging(worker *w) {
+    double d[8];
+    size_t n = w->m->n;
+    for (int r = 0; r < 8; r++) {
+        double res = step(w, w->B);
+        dt_arena_release(&w->gm, 0, n);
+        memset(w->gm2.base, 1, 4 * n); /* resident, for the thread to release */
+        releaser rl = {&w->gm2, n, res / 9};
+        pthread_t th;
+        bool started = pthread_create(&th, NULL, release_in_turn, &rl) == 0;
+        double t = step(w, w->B);
+        if (started) pthread_join(th, NULL);
+        d[r] = t - res;
+    }
+    double med = median_of(d + 1, 7);
+    w->out.staging_s_per_byte = med > 0 && n ? med / (4.0 * (double)n) : 0;
+}
+
 /* The whole profile of one worker; the same barriers in every worker. */
 static void profile_all(worker *w) {
     double xs[DT_PLAN_FIT_MAX], ts[DT_PLAN_FIT_MAX], t[DT_PLAN_FIT_MAX][8];
@@ -192,6 +252,7 @@ static void profile_all(worker *w) {
         for (int i = 0; i < k; i++) t[i][r] = step(w, (int)xs[i]);
     for (int i = 0; i < k; i++) ts[i] = median_of(t[i] + 1, 7);
     w->out.optim_s_per_param = median7(update, w, w->B) / (double)(w->m->n ? w->m->n : 1);
+    staging(w);
     codecs(w);
     double c = 0, t0 = 0;
     (void)dt_plan_fit_affine(xs, ts, k, &t0, &c); /* never fails: k >= 1, xs[0] = B >= 1 */

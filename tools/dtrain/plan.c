@@ -35,7 +35,7 @@ static const char *help =
     "emulated on this one machine (scripts/cluster.sh), all their ranks share its\n"
     "--cores C and are profiled at once.\n";
 
-/* The faster of two profiles (its step at batch B) and the least of their optimizer and codec times: on a shared
+/* The faster of two profiles (its step at batch B) and the least of their optimizer, staging and codec times: on a shared
  * machine a slow spell of a minute (one profile's step at one size 40% above
  * another's) would otherwise become the cluster's speed; a run's median step
  * mostly misses such spells. */
@@ -45,6 +45,7 @@ static int profile_best(const char *who, const dt_model_cfg *mc, int B, bool ada
         if (dt_cli_profile_host(who, mc, B, adam, per, &p[k])) return 1;
     *out = p[p[1].step_s < p[0].step_s];
     out->optim_s_per_param = fmin(p[0].optim_s_per_param, p[1].optim_s_per_param);
+    out->staging_s_per_byte = fmin(p[0].staging_s_per_byte, p[1].staging_s_per_byte);
     for (int k = 0; k < DT_COMP_COUNT; k++) {
         out->codec_enc_s_per_float[k] = fmin(p[0].codec_enc_s_per_float[k], p[1].codec_enc_s_per_float[k]);
         out->codec_dec_s_per_float[k] = fmin(p[0].codec_dec_s_per_float[k], p[1].codec_dec_s_per_float[k]);
@@ -68,6 +69,7 @@ int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, 
     c->flops = pr.flops;
     c->micro_overhead_s = pr.micro_overhead_s;
     c->optim_s_per_param = pr.optim_s_per_param;
+    c->staging_s_per_byte = pr.staging_s_per_byte;
     if (profile > cores) {
         /* More ranks than cores: the lock-step profile's fixed time carries the
          * wait, after every timed step, for the rank scheduled last, which a
