@@ -14,8 +14,9 @@
 #
 # The cluster part (scripts/cluster.sh, network namespaces) needs root; without
 # it the part is skipped with one line. PARTS="host" or PARTS="cluster" runs one.
-#   bench/plan_validate.sh [BUILD_DIR]     (15 minutes on two cores: one host 4,
-#                                           each link rate about 5)
+# Each layout runs in PV_ROUNDS (2) interleaved rounds; its row is the fastest.
+#   bench/plan_validate.sh [BUILD_DIR]     (40 minutes on two cores at 2 rounds:
+#                                           one host 14, each link rate about 13)
 set -u
 build=$(cd "${1:-build}" && pwd) || exit 2
 dt="$build/dtrain"
@@ -29,6 +30,7 @@ cleanup() { [ "$cluster" = up ] && "$cl" down > /dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 cores=$(nproc)
+ROUNDS=${PV_ROUNDS:-2}
 
 # Workloads (model flags) and their run lengths: STEPS:LOG_EVERY. The first
 # logged interval is left out, the median of the others is the step time. At
@@ -101,34 +103,45 @@ plan() {
     "$dt" plan --cluster "$tmp/c.json" --model "$model" --batch "$batch" --json --top 100000 > "$tmp/plan.json" 2>> "$tmp/cal.log" ||
     { echo "| $1 | planner failed: $(tail -1 "$tmp/cal.log") | | | | |"; echo '[]' > "$tmp/plan.json"; }
 }
-# one GROUP W WHERE N HOSTFILE STEPS FLAGS [top]: run a layout, print its row. A
-# layout is known by its flags (pv key); a pipeline runs with the partition the
-# planner predicted it with, unless FLAGS (the planner's own command) name one.
-one() {
-  local group=$1 w=$2 where=$3 n=$4 hf=$5 steps=${6%:*} every=${6#*:} flags=$7 key pred part
-  key=$(pv key "-n $n $flags")
-  IFS=$'\t' read -r pred part < <(pv match "$tmp/plan.json" "$key")
-  [[ -n $part && $flags != *--pp-partition* ]] && flags="$flags --pp-partition $part"
+# measure W N HOSTFILE STEPS FLAGS: run a layout once, print its median step in
+# ms, or "failed (...)"
+measure() {
+  local w=$1 n=$2 hf=$3 steps=${4%:*} every=${4#*:} flags=$5
   # shellcheck disable=SC2086
-  if train "$n" "$hf" ${!w} $flags --steps "$steps" --log-every "$every"; then
-    pv row "$tmp/results" "$group" "$w" "$where" "$key" "$pred" "$(pv ms "$tmp/run/metrics.jsonl" "${!w}")" "${8-}"
-  else
-    pv row "$tmp/results" "$group" "$w" "$where" "$key" "$pred" "failed (exit $?: $(tail -1 "$tmp/run.log" | cut -c1-80))" "${8-}"
-  fi
+  if train "$n" "$hf" ${!w} $flags --steps "$steps" --log-every "$every"; then pv ms "$tmp/run/metrics.jsonl" "${!w}"
+  else echo "failed (exit $?: $(tail -1 "$tmp/run.log" | cut -c1-80))"; fi
 }
-# group W WHERE N HOSTFILE STEPS LAYOUTS...: the layouts of one world, then the planner's top choice
+# group W WHERE N HOSTFILE STEPS LAYOUTS...: the layouts of one world and the
+# planner's top choice, each run in $ROUNDS interleaved rounds (a slow spell of
+# the shared machine lands on one round of every layout, not on all of one
+# layout's runs), each row the fastest round beside the prediction. A layout is
+# known by its flags (pv key); a pipeline runs with the partition the planner
+# predicted it with, unless the flags (the planner's own command) name one.
 group() {
-  local w=$1 where=$2 n=$3 hf=$4 steps=$5 g="$1, $2" l flags top ran=" "
+  local w=$1 where=$2 n=$3 hf=$4 steps=$5 g="$1, $2" l flags top k pred part r i
+  local -a keys=() fl=() preds=() tops=()
   shift 5
   for l in "$@"; do
-    flags=$(layout_flags "$l")
-    one "$g" "$w" "$where" "$n" "$hf" "$steps" "$flags"
-    ran="$ran$(pv key "-n $n $flags") | "
+    flags=$(layout_flags "$l"); keys+=("$(pv key "-n $n $flags")"); fl+=("$flags"); tops+=("")
   done
   IFS=$'\t' read -r top flags < <(pv top "$tmp/plan.json")
-  [ -z "$top" ] && return
-  printf '%s\t%s\n' "$g" "$top" >> "$tmp/tops"
-  [[ $ran == *" $top | "* ]] || one "$g" "$w" "$where" "$n" "$hf" "$steps" "$flags" top
+  if [ -n "$top" ]; then
+    printf '%s\t%s\n' "$g" "$top" >> "$tmp/tops"
+    k=-1; for i in "${!keys[@]}"; do [ "${keys[$i]}" = "$top" ] && k=$i; done
+    if [ $k -lt 0 ]; then keys+=("$top"); fl+=("$flags"); tops+=(top); fi
+  fi
+  for i in "${!keys[@]}"; do
+    IFS=$'\t' read -r pred part < <(pv match "$tmp/plan.json" "${keys[$i]}")
+    preds+=("$pred")
+    [[ -n $part && ${fl[$i]} != *--pp-partition* ]] && fl[$i]="${fl[$i]} --pp-partition $part"
+  done
+  : > "$tmp/rounds"
+  for r in $(seq 1 "$ROUNDS"); do
+    for i in "${!keys[@]}"; do printf '%s\t%s\n' "$i" "$(measure "$w" "$n" "$hf" "$steps" "${fl[$i]}")" >> "$tmp/rounds"; done
+  done
+  for i in "${!keys[@]}"; do
+    pv row "$tmp/results" "$g" "$w" "$where" "${keys[$i]}" "${preds[$i]}" "$(pv fastest "$tmp/rounds" "$i")" "${tops[$i]}"
+  done
 }
 header() {
   echo
@@ -190,6 +203,12 @@ def ms(metrics, flags):
     if not rates: return print("no metrics")
     print(f"{1e3 * per / statistics.median(rates[1:] if len(rates) > 1 else rates):.1f}")
 
+def fastest(rounds, i):
+    """the fastest of a layout's rounds, or its last failure"""
+    got = [l.rstrip("\n").split("\t", 1)[1] for l in open(rounds) if l.split("\t", 1)[0] == i]
+    ok = [float(x) for x in got if num(x)]
+    print(f"{min(ok):.1f}" if ok else (got[-1] if got else "not run"))
+
 def row(results, group, w, where, key, pred, meas, top):
     with open(results, "a") as f: f.write("\t".join((group, key, pred, meas)) + "\n")
     err = f"{100 * (float(pred) - float(meas)) / float(meas):+.0f}%" if num(pred) and num(meas) else ""
@@ -235,7 +254,7 @@ def summary(results, tops):
     if e: print(f"\nmedian absolute error {e[(len(e) - 1) // 2]:.1f}%, worst {e[-1]:.1f}% over {len(e)} layouts{extra} (targets: 10%, 25%)")
     if gaps: print(f"top choice within {max(gaps):.1f}% of the measured best (worst group; target 5%)")
 
-{"key": lambda f: print(key(f)), "match": match, "top": top, "ms": ms, "row": row, "summary": summary}[sys.argv[1]](*sys.argv[2:])
+{"key": lambda f: print(key(f)), "match": match, "top": top, "ms": ms, "row": row, "fastest": fastest, "summary": summary}[sys.argv[1]](*sys.argv[2:])
 PY
 
 # ---- one host -------------------------------------------------------------------
