@@ -5,12 +5,15 @@
 #
 #   bench/accuracy.sh [BUILD_DIR]
 #
-# Environment: ACC_THREADS (BLAS threads per run, 2). Logs go to
-# BUILD_DIR/accuracy-{mlp,cnn}.log. Exits 1 when a bar is missed.
+# Environment: ACC_THREADS (BLAS threads per run, 2); ACC_PRECISION, the
+# --precision values to run each recipe in (default "fp32"; "fp32 bf16" runs
+# both, one after the other, to set their wall times side by side). Logs go to
+# BUILD_DIR/accuracy-{mlp,cnn}[-PRECISION].log. Exits 1 when a bar is missed.
 set -euo pipefail
 
 BUILD=${1:-build}
 THREADS=${ACC_THREADS:-2}
+PRECISIONS=${ACC_PRECISION:-fp32}
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     echo "accuracy.sh: $BUILD is not a configured build directory (make build, or cmake -S . -B $BUILD)" >&2
     exit 2
@@ -46,6 +49,10 @@ check() { # name bar flags...
     fi
 }
 
-check mlp 89.0 "${MLP_FLAGS[@]}"
-check cnn 91.5 "${CNN_FLAGS[@]}"
+for p in $PRECISIONS; do
+    sfx=""
+    [ "$p" = fp32 ] || sfx="-$p"
+    check "mlp$sfx" 89.0 "${MLP_FLAGS[@]}" --precision "$p"
+    check "cnn$sfx" 91.5 "${CNN_FLAGS[@]}" --precision "$p"
+done
 exit $fail

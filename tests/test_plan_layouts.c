@@ -318,12 +318,36 @@ static void sequence_parallel(void) {
     dt_free(v);
 }
 
+/* 4 ranks taking turns on 2 cores: a rank in the bubble lends its cores, so
+ * the span shrinks toward the mean stage's compute (never below the span at a
+ * core's full speed, half the time-sliced one's compute); hosts emulated on
+ * one machine (shared_cores) lend nothing. */
+static void time_sliced(void) {
+    dt_model_cfg mc;
+    dt_model_cfg_default(&mc, DT_MODEL_GPT);
+    dt_plan_cluster *c = cluster(1, 4, 2);
+    dt_plan_in in = {.model = &mc, .batch = 16, .adam = true, .cluster = c};
+    dt_plan_layout l = {.dp = 2, .tp = 1, .pp = 2, .micro = 4, .sched = DT_PLAN_1F1B};
+    dt_plan_pred lent, shared;
+    c->shared_cores = 2;
+    test_cond("shared cores: predicted", dt_plan_predict(&in, &l, &shared) == DT_OK);
+    c->shared_cores = 0;
+    test_cond("one host's cores: predicted", dt_plan_predict(&in, &l, &lent) == DT_OK);
+    double s_span = shared.compute_s + shared.tp_s + shared.bubble_s, l_span = lent.compute_s + lent.tp_s + lent.bubble_s;
+    printf("4 ranks on 2 cores, 2x1x2 M 4: span %.3f ms (bubble %.3f) lending cores, %.3f ms (bubble %.3f) emulated hosts\n",
+           l_span * 1e3, lent.bubble_s * 1e3, s_span * 1e3, shared.bubble_s * 1e3);
+    test_cond("lending cores shortens the span and the bubble", l_span < s_span && lent.bubble_s < shared.bubble_s);
+    test_cond("no shorter than half the compute (a core's full speed)", l_span >= 0.5 * (shared.compute_s + shared.tp_s));
+    test_cond("the rest of the step is the same", near(lent.step_s - l_span, shared.step_s - s_span));
+}
+
 int main(void) {
     one_rank();
     sequence_parallel();
     bucket_rule();
     spare_core();
     unequal_hosts();
+    time_sliced();
     codecs();
     refusals();
     enumeration();
