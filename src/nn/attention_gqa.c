@@ -21,6 +21,7 @@
 #include "vexp.h"
 #include "dtrain/core.h"
 #include "dtrain/nn.h"
+#include "gemm_pick.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -71,18 +72,6 @@ static inline __attribute__((always_inline)) void causal_softmax(float *a, int T
     }
 }
 
-/* The per-head GEMMs: cblas_sgemm, or dt_gemm_bf16 (operands rounded to bf16
- * while packed) when pack, its packing scratch, is given. */
-static void gemm(float *pack, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc) {
-    if (pack) {
-        dt_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pack);
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-                lda, B, ldb, beta, C, ldc);
-}
-
 DT_HOT static void forward(float *out, float *att, float *pack, const float *qkv, int B, int T, int NH, int NKV,
                            int HS) {
     DT_ASSERT(NKV >= 1 && NH % NKV == 0);
@@ -97,9 +86,9 @@ DT_HOT static void forward(float *out, float *att, float *pack, const float *qkv
             const float *v = row0 + v_off(kvh, NH, NKV, HS);
             float *a = att + ((size_t)b * NH + h) * T * T;
             float *o = out + (size_t)b * T * C + (size_t)h * HS;
-            gemm(pack, false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, a, T);
+            dt_nn_gemm(pack, false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, a, T);
             causal_softmax(a, T);
-            gemm(pack, false, false, T, HS, T, 1.0f, a, T, v, C3, 0.0f, o, C);
+            dt_nn_gemm(pack, false, false, T, HS, T, 1.0f, a, T, v, C3, 0.0f, o, C);
         }
     }
 }
@@ -122,8 +111,8 @@ DT_HOT static void backward(float *dqkv, float *ds, float *pack, const float *do
             float *dv = dqkv + row0 + v_off(kvh, NH, NKV, HS);
             const float *a = att + ((size_t)b * NH + h) * T * T;
             const float *g = dout + (size_t)b * T * C + (size_t)h * HS;
-            gemm(pack, true, false, T, HS, T, 1.0f, a, T, g, C, 1.0f, dv, C3);
-            gemm(pack, false, true, T, T, HS, 1.0f, g, C, v, C3, 0.0f, ds, T);
+            dt_nn_gemm(pack, true, false, T, HS, T, 1.0f, a, T, g, C, 1.0f, dv, C3);
+            dt_nn_gemm(pack, false, true, T, T, HS, 1.0f, g, C, v, C3, 0.0f, ds, T);
             for (int t = 0; t < T; t++) {
                 const float *restrict ar = a + (size_t)t * T;
                 float *restrict dr = ds + (size_t)t * T;
@@ -132,8 +121,8 @@ DT_HOT static void backward(float *dqkv, float *ds, float *pack, const float *do
                 for (int j = 0; j <= t; j++) dr[j] = ar[j] * (dr[j] - dot);
                 memset(dr + t + 1, 0, (size_t)(T - t - 1) * sizeof(float));
             }
-            gemm(pack, false, false, T, HS, T, scale, ds, T, k, C3, 1.0f, dq, C3);
-            gemm(pack, true, false, T, HS, T, scale, ds, T, q, C3, 1.0f, dk, C3);
+            dt_nn_gemm(pack, false, false, T, HS, T, scale, ds, T, k, C3, 1.0f, dq, C3);
+            dt_nn_gemm(pack, true, false, T, HS, T, scale, ds, T, q, C3, 1.0f, dk, C3);
         }
     }
 }

@@ -42,6 +42,7 @@
 #include "core/cpu.h"
 #include "dtrain/core.h"
 #include "dtrain/nn.h"
+#include "gemm_pick.h"
 
 #include <cblas.h>
 #include <string.h>
@@ -216,18 +217,6 @@ DT_HOT static void col2im_add(float *dx, const float *col, size_t ld, const dt_c
     }
 }
 
-/* The GEMMs of the im2col path: cblas_sgemm, or dt_gemm_bf16 (operands rounded
- * to bf16 while packed) when pack, its packing scratch, is given. */
-static void gemm(float *pack, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc) {
-    if (pack) {
-        dt_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pack);
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-                lda, B, ldb, beta, C, ldc);
-}
-
 /* The im2col forward on chunks of NB samples; col (the chunk's columns), then
  * the staging buffer, from scratch; pack: as gemm. */
 static void im2col_forward(float *out, float *scratch, float *pack, const float *inp, const float *w, const float *b,
@@ -249,11 +238,11 @@ static void im2col_forward(float *out, float *scratch, float *pack, const float 
                 float bv = b ? b[o] : 0.0f;
                 for (size_t i = 0; i < P; i++) y[o * P + i] = bv;
             }
-            gemm(pack, false, false, OC, (int)P, (int)K, 1.0f, w, (int)K, col, (int)P, 1.0f, y, (int)P);
+            dt_nn_gemm(pack, false, false, OC, (int)P, (int)K, 1.0f, w, (int)K, col, (int)P, 1.0f, y, (int)P);
             continue;
         }
         float *stage = scratch + K * NB * P; /* (OC, nb*P) */
-        gemm(pack, false, false, OC, (int)ld, (int)K, 1.0f, w, (int)K, col, (int)ld, 0.0f, stage, (int)ld);
+        dt_nn_gemm(pack, false, false, OC, (int)ld, (int)K, 1.0f, w, (int)K, col, (int)ld, 0.0f, stage, (int)ld);
         for (int s = 0; s < nb; s++) {
             float *y = out + (b0 + s) * out_sz;
             for (int o = 0; o < OC; o++) {
@@ -319,9 +308,9 @@ static void im2col_backward(float *dinp, float *dw, float *db, float *scratch, f
         if (db) bias_grad(db, g, ld, ld, OC, pack != NULL);
         for (int s = 0; s < nb; s++)
             im2col(col + (size_t)s * P, ld, inp + (b0 + s) * in_sz, d, OH, OW);
-        gemm(pack, false, true, OC, (int)K, (int)ld, 1.0f, g, (int)ld, col, (int)ld, 1.0f, dw, (int)K);
+        dt_nn_gemm(pack, false, true, OC, (int)K, (int)ld, 1.0f, g, (int)ld, col, (int)ld, 1.0f, dw, (int)K);
         if (!dinp) continue;
-        gemm(pack, true, false, (int)K, (int)ld, OC, 1.0f, w, (int)K, g, (int)ld, 0.0f, col, (int)ld);
+        dt_nn_gemm(pack, true, false, (int)K, (int)ld, OC, 1.0f, w, (int)K, g, (int)ld, 0.0f, col, (int)ld);
         for (int s = 0; s < nb; s++)
             col2im_add(dinp + (b0 + s) * in_sz, col + (size_t)s * P, ld, d, OH, OW);
     }
