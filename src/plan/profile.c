@@ -15,9 +15,10 @@
  * model's parameters, per parameter; and each codec's encode (with error
  * feedback where the codec has it by default) and decode of 2^20 normal
  * values, per value; and what a step pays when its gradient pages were
- * handed back (ZeRO-2's staging, ZeRO-3's gathers), per byte. Every timed operation ends with the caller's sync hook:
- * the program runs one profile per rank of a host (processes it starts) and
- * makes the hook a barrier between them, so the times are those of a
+ * handed back (ZeRO-2's staging, ZeRO-3's gathers), per byte. Every timed
+ * operation ends with the caller's sync hook: the program runs one profile
+ * per rank of a host (processes it starts) and makes the hook a barrier
+ * between them, so the times are those of a
  * synchronous step with that many ranks on the host (threads would not do:
  * OpenBLAS serialises GEMMs called from several threads of one process).
  * Everything is allocated before the first operation, so no profile fails
@@ -56,7 +57,7 @@ typedef struct worker {
 
 static void worker_free(worker *w) {
     dt_acts_destroy(w->a);
-    if (w->m && w->gm.map) w->m->g = NULL; /* the arena's, not the allocator's */
+    if (w->m && w->gm.map && w->m->g == w->gm.base) w->m->g = NULL; /* the arena's, not the allocator's */
     dt_model_destroy(w->m);
     dt_arena_map_destroy(&w->gm);
     dt_arena_map_destroy(&w->gm2);
@@ -205,7 +206,7 @@ typedef struct releaser {
 static void *release_in_turn(void *arg) {
     const releaser *r = arg;
     for (int k = 0; k < 8; k++) {
-        struct timespec ts = {0, (long)(r->gap * 1e9)};
+        struct timespec ts = {(time_t)r->gap, (long)((r->gap - (double)(time_t)r->gap) * 1e9)};
         nanosleep(&ts, NULL);
         dt_arena_release(r->a, r->n * (size_t)k / 8, r->n * (size_t)(k + 1) / 8);
     }
