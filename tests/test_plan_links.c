@@ -2,8 +2,9 @@
  * by message size (dt_plan_cross_beta: interpolated in log size, the ends
  * held), read from 'dtrain bench allreduce --fit''s line and from a cluster
  * description and written back; bad curves refused in one line; a pipeline
- * boundary across hosts carries the next stage's input and nothing more; and
- * the dp groups of a tensor-parallel stage share their host's link. */
+ * boundary across hosts carries the next stage's input and nothing more; the
+ * dp groups of a tensor-parallel stage share their host's link; and a shaped
+ * link's burst. */
 #include "dtrain/plan.h"
 #include "plan/plan_internal.h"
 #include "plan_testhelp.h"
@@ -228,8 +229,67 @@ static void affine(void) {
     test_cond("affine: x <= 0 refused", dt_plan_fit_affine(x, t, 6, &t0, &c) == DT_ERR_INVALID);
 }
 
+/* A shaped link's burst (a token bucket refilled at the link's rate): a
+ * message after an idle spell passes up to the refilled bytes at the local
+ * rate, the rest at the link's; read from the fit line and a description,
+ * written back, refused when negative; a pipeline across hosts gains at most
+ * its two boundary transfers' link time. */
+static void burst(void) {
+    dt_plan_cluster *c = two_hosts(1, 8e-9);
+    const double a = c->links.cross.alpha, lb = c->links.local.beta, S = 131072;
+    test_cond("no burst: alpha + bytes x beta", near(plan_p2p(c, true, S, 1, 1.0), a + S * 8e-9, 1e-12));
+    c->cross_burst = 250e3;
+    test_cond("a refilled burst passes a message at the local rate", near(plan_p2p(c, true, S, 1, 1.0), a + S * lb, 1e-12));
+    /* 0.5 ms at 8 ns/B refills 62500 bytes */
+    test_cond("half a millisecond refills 62500 bytes",
+              near(plan_p2p(c, true, S, 1, 5e-4), a + (S - 62500) * 8e-9 + 62500 * lb, 1e-12));
+    test_cond("two senders share one bucket", near(plan_p2p(c, true, 200e3, 2, 1.0), a + 150e3 * 8e-9 + 250e3 * lb, 1e-12));
+    test_cond("inside a host no burst", near(plan_p2p(c, false, S, 1, 1.0), c->links.local.alpha + S * lb, 1e-12));
+
+    const char *fit = put("fit.json", "{\"local\": {\"alpha\": 1e-06, \"beta\": 2e-10}, \"cross\": {\"alpha\": 3e-05, "
+                                      "\"beta\": 8e-09, \"measured_beta\": [[1024, 8e-09]], \"burst_bytes\": 227507}, "
+                                      "\"gamma\": 1.5e-10}\n");
+    dt_plan_cluster f, r;
+    memset(&f, 0, sizeof f);
+    test_cond("fit line with a burst read", dt_plan_fit_read(fit, &f) == DT_OK && f.cross_burst == 227507);
+    f.hosts = 2, f.per_host = 1, f.cores = 2, f.flops = 1e10, f.memory = 1e9, f.speed[0] = f.speed[1] = 1;
+    char path[256];
+    snprintf(path, sizeof path, "%s/c.json", dir);
+    test_cond("the burst round-trips a description", dt_plan_cluster_write(path, &f) == DT_OK &&
+                                                         dt_plan_cluster_read(path, &r) == DT_OK &&
+                                                         near(r.cross_burst, 227507, 1e-9));
+    dt_status st = dt_plan_cluster_read(put("bad.json", "{\"hosts\": 2, \"ranks_per_host\": 1, \"gflops\": 10, "
+                                                        "\"memory_gb\": 1, \"local\": {\"latency_us\": 1, \"bandwidth_gbit\": "
+                                                        "40}, \"cross\": {\"latency_us\": 50, \"bandwidth_gbit\": 1, "
+                                                        "\"burst_kb\": -1}}"), &r);
+    printf("burst_kb -1: %s\n", st ? dt_error_msg() : "(accepted)");
+    test_cond("a negative burst refused, named", st == DT_ERR_INVALID && strstr(dt_error_msg(), "cross.burst_kb"));
+
+    /* two stages on two hosts at 0.8 us/B: the burst saves at most the two
+     * boundary transfers' link time */
+    dt_model_cfg mc;
+    dt_model_cfg_default(&mc, DT_MODEL_MLP);
+    dt_plan_layout l = {.dp = 1, .tp = 1, .pp = 2, .micro = 4, .sched = DT_PLAN_1F1B};
+    dt_plan_cluster *slow = two_hosts(1, 8e-7);
+    dt_plan_in in = {.model = &mc, .batch = 64, .adam = true, .cluster = slow};
+    dt_plan_pred plain, bursty;
+    test_cond("burst: predicted without", dt_plan_predict(&in, &l, &plain) == DT_OK);
+    slow->cross_burst = 1e6;
+    test_cond("burst: predicted with", dt_plan_predict(&in, &l, &bursty) == DT_OK);
+    dt_model *m = NULL;
+    test_cond("burst: probe", dt_model_probe(&mc, &m) == DT_OK && m);
+    /* 4 micro-batches of 16 samples of the second stage's input, both ways */
+    double most = m ? 2 * 4 * 16.0 * 4 * (double)m->blocks[atoi(plain.partition)].in_dim * 8e-7 : 0;
+    dt_model_destroy(m);
+    printf("burst: pipeline across hosts %.3f ms without, %.3f ms with a 1 MB burst (at most %.3f ms less)\n",
+           plain.step_s * 1e3, bursty.step_s * 1e3, most * 1e3);
+    test_cond("burst: the pipeline is faster, by no more than its transfers",
+              bursty.step_s < plain.step_s && plain.step_s - bursty.step_s <= most * 1.0001);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) return 1;
+    burst();
     affine();
     gpipe_sliced();
     curve();

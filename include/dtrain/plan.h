@@ -115,6 +115,12 @@ typedef struct dt_plan_cluster {
      * them the nearest. cross_n 0: links.cross's beta at every size. */
     int cross_n;
     double cross_msg[DT_PLAN_MAX_CURVE], cross_beta[DT_PLAN_MAX_CURVE];
+    /* Bytes a cross link lets through at the local link's rate after it has
+     * idled (a shaper's token bucket, refilled at the link's rate: the
+     * emulated cluster's tbf holds 2 ms of its rate); what a pipeline's
+     * boundary message spends of it comes back while its sender computes.
+     * ("cross"."burst_kb"; the fit line's "burst_bytes"; 0: none.) */
+    double cross_burst;
 } dt_plan_cluster;
 
 /* The ranks that compete for one set of cores (a host's, or every host's when
@@ -124,7 +130,8 @@ int dt_plan_ranks_sharing(const dt_plan_cluster *c, int *cores);
 dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *out);
 /* The links of 'dtrain bench allreduce --fit''s last line (a JSON object:
  * local and cross alpha and beta, gamma, the cross link's "measured_beta"
- * sizes) into c's links and curve (none when the line has none); the rest of c
+ * sizes and "burst_bytes") into c's links, curve (none when the line has none)
+ * and burst (0 when it has none); the rest of c
  * as it was. A cross beta of 0 (one host measured) leaves cross as local.
  * DT_ERR_IO, DT_ERR_FORMAT (not such a line) or DT_ERR_INVALID (a bad curve),
  * with the path; on error c's links are as they were and it has no curve. */

@@ -1,7 +1,8 @@
 /* A cluster description (plan.h, docs/PLANNING.md):
  *   {"hosts": 2, "ranks_per_host": 2, "gflops": 60, "memory_gb": 12,
  *    "local": {"latency_us": 2, "bandwidth_gbit": 40},
- *    "cross": {"latency_us": 50, "bandwidth_gbit": 1, "measured": [[4096, 0.9], [1048576, 0.5]]},
+ *    "cross": {"latency_us": 50, "bandwidth_gbit": 1, "measured": [[4096, 0.9], [1048576, 0.5]],
+ *              "burst_kb": 250},
  *    "optim_ns_per_param": 1, "cores": 2, "gamma_ns_per_byte": 0.14, "micro_overhead_us": 1300,
  *    "speed": [1, 0.5]}
  * Bandwidths in Gbit/s, as links are sold; optional: "speed" one factor per
@@ -18,7 +19,8 @@
  * whole model (the t0 of dt_plan_profile), "codec_ns_per_float" {"int8": [encode,
  * decode], ...} per codec (absent ones: codec_default's figures, measured on an
  * AVX2 EPYC); "cross"."measured" the link's rate by message size,
- * [bytes, Gbit/s] pairs by ascending size (dt_plan_cross_beta). */
+ * [bytes, Gbit/s] pairs by ascending size (dt_plan_cross_beta); "cross"."burst_kb"
+ * what the link passes at once after idling (a shaper's bucket, 0 when absent). */
 #include "dtrain/plan.h"
 
 #include <jansson.h>
@@ -135,7 +137,10 @@ dt_status dt_plan_fit_read(const char *path, dt_plan_cluster *c) {
         st = dt_errorf(DT_ERR_FORMAT, "%s: not the JSON line of 'dtrain bench allreduce --fit'", path);
     const char *key = "measured_beta";
     if (!st && cb > 0) st = curve(path, json_object_get(json_object_get(o, "cross"), key), key, false, c);
+    double burst = 0;
+    if (!st && cb > 0) st = num(path, json_object_get(o, "cross"), "burst_bytes", 0, 1e12, 0, &burst);
     if (!st) {
+        c->cross_burst = burst;
         c->links.local = (dt_link_cost){la, lb};
         c->links.cross = cb > 0 ? (dt_link_cost){ca, cb} : c->links.local;
         c->links.gamma = g;
@@ -168,6 +173,10 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
     if (!st) st = codecs(path, o, c);
     if (!st) st = link_cost(path, o, "cross", &c->links.cross);
     if (!st) st = curve(path, json_object_get(json_object_get(o, "cross"), "measured"), "measured", true, c);
+    double burst = 0;
+    if (!st && num("cross.burst_kb", json_object_get(o, "cross"), "burst_kb", 0, 1e9, 0, &burst))
+        st = dt_errorf(DT_ERR_INVALID, "%s: %s", path, dt_error_msg());
+    c->cross_burst = burst * 1e3;
     if (!st && (hosts != (int)hosts || per != (int)per))
         st = dt_errorf(DT_ERR_INVALID, "%s: \"hosts\" and \"ranks_per_host\" must be integers", path);
     if (!st) {
@@ -223,6 +232,7 @@ dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c) {
     for (int k = 0; cv && k < c->cross_n; k++)
         json_array_append_new(cv, json_pack("[f,f]", c->cross_msg[k], 8.0 / c->cross_beta[k] / 1e9));
     if (cv) json_object_set_new(cr, "measured", cv);
+    if (cr && c->cross_burst > 0) json_object_set_new(cr, "burst_kb", json_real(c->cross_burst / 1e3));
     if (o) json_object_set_new(o, "codec_ns_per_float", cs);
     else json_decref(cs);
     if (!o) return dt_errorf(DT_ERR_NOMEM, "out of memory");

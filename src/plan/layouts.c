@@ -125,14 +125,14 @@ static double chunk_time(const dt_plan_cluster *c, const dt_plan_layout *l, doub
 /* A transfer of `bytes` from each rank of stage a to its peer of stage b:
  * stage s holds ranks s.span .. (s+1).span - 1 and rank a.span + r sends to
  * b.span + r; the pairs on different hosts cross, those leaving one host at
- * once sharing its link. */
-static double transfer(const dt_plan_cluster *c, const dt_plan_layout *l, int a, int b, double bytes) {
+ * once sharing its link, idle for `gap` (the sender's compute between two
+ * such messages) before. */
+static double transfer(const dt_plan_cluster *c, const dt_plan_layout *l, int a, int b, double bytes, double gap) {
     int span_r = l->tp * l->dp, per = c->per_host, crossing = 0;
     for (int r = 0; r < span_r; r++) crossing += (a * span_r + r) / per != (b * span_r + r) / per;
     int from_hosts = (a * span_r + span_r - 1) / per - (a * span_r) / per + 1;
     int share = crossing ? (crossing + from_hosts - 1) / from_hosts : 1;
-    dt_link_cost lk = plan_link(c, crossing > 0, bytes);
-    return lk.alpha + bytes * lk.beta * share;
+    return plan_p2p(c, crossing > 0, bytes, share, gap);
 }
 
 /* Per chunk c of the partition (C = P V, chunk c on stage c % P): a
@@ -155,7 +155,9 @@ static void chunk_times(const dt_plan_in *in, const dt_plan_layout *l, const dt_
         fwd[k] = f / 3 + tps[k] / 2;
         bwd[k] = 2 * f / 3 + tps[k] / 2 + (l->recompute ? f / 3 + tps[k] / 2 : 0);
         double bytes = (double)m->blocks[part->first[k]].in_dim * 4 * mb;
-        p2p[k] = k > 0 ? transfer(c, l, (k - 1) % P, k % P, bytes) : 0;
+        /* one each way a micro-batch: chunk k - 1's forward (or k's
+         * backward, longer) between two of them */
+        p2p[k] = k > 0 ? transfer(c, l, (k - 1) % P, k % P, bytes, fwd[k - 1]) : 0;
     }
 }
 

@@ -10,7 +10,17 @@
  *          shaper's bucket), the beta each size measured, (t - 2(H-1).alpha)
  *          / (2n(H-1)/H), keyed by one ring step's message n/H
  *          ("measured_beta": [bytes, s/byte] pairs; no lower than half the
- *          line's beta, where alpha is most of a small size's time).
+ *          line's beta, where alpha is most of a small size's time);
+ *   burst: what the link passes at once after idling (a shaper's token
+ *          bucket): the first two hosts' first ranks time a message of 16 KiB
+ *          .. 4 MiB (by 2x) and its 4-byte reply back to back and after the
+ *          sender spun 50 ms (both spin: a core woken from idle costs more
+ *          than a small message), median of 5 each; a size whose own time
+ *          (less a 4-byte message's, busy or idle) is 1 ms or more and which
+ *          did not pass whole idle saved 1 - own idle / own busy of its
+ *          bytes, and the burst is the median over the first three such sizes
+ *          (the largest size when every one passed whole). Cost: about 10 s
+ *          at 100 Mbit/s, 1 s at 1 Gbit/s.
  * Then it checks the model: AUTO's measured time against its prediction at a
  * few sizes. Rank 0 prints; the last line is the model as JSON. */
 #include "cli.h"
@@ -118,6 +128,83 @@ static dt_status fit_level(dt_comm *s, dt_algo a, bool shm, double gamma, float 
     return st;
 }
 
+#define NBURST 9 /* 16 KiB .. 4 MiB by 2x */
+
+/* The median of v[0..n), n >= 1 (v sorted in place). */
+static double median(double *v, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return v[n / 2];
+}
+
+/* Waits for reqs[0..n) spinning (dt_waitall's sleeps, and a core woken from
+ * idle, would add more than a small message takes); 30 s at most. */
+static dt_status spin(dt_comm *x, dt_req *reqs, int n) {
+    double t0 = dt_now();
+    for (int left = n, i = 0; left > 0;) {
+        dt_status st = dt_testany(x, reqs, n, &i);
+        if (st) return st;
+        if (i >= 0) left--;
+        else if (dt_now() - t0 > 30) return dt_errorf(DT_ERR_TIMEOUT, "the burst ping waited 30 s for its peer");
+    }
+    return DT_OK;
+}
+
+/* A message of `bytes` from rank 0 of x to rank 1 and a 4-byte reply, timed
+ * on rank 0: the median of 5, rank 0 spinning `pause` seconds before each
+ * (the link idles), or (0) back to back after two warm-ups. */
+static dt_status ping(dt_comm *x, char *buf, size_t bytes, double pause, double *out) {
+    int me = dt_comm_rank(x);
+    double t[5] = {0};
+    dt_status st = DT_OK;
+    for (int i = pause > 0 ? 0 : -2; i < 5 && !st; i++) {
+        dt_req q[2];
+        double t0 = dt_now();
+        while (me == 0 && dt_now() - t0 < pause) {
+        }
+        t0 = dt_now();
+        if (me == 0 && !(st = dt_irecv(x, buf + bytes, 4, 1, 77, &q[0])) && !(st = dt_isend(x, buf, bytes, 1, 77, &q[1])))
+            st = spin(x, q, 2);
+        if (me == 1 && !(st = dt_irecv(x, buf, bytes, 0, 77, &q[0])) && !(st = spin(x, q, 1)) &&
+            !(st = dt_isend(x, buf, 4, 0, 77, &q[0])))
+            st = spin(x, q, 1);
+        if (i >= 0) t[i] = dt_now() - t0;
+    }
+    *out = st ? 0 : median(t, 5);
+    return st;
+}
+
+/* The link's burst in bytes (see the top), on rank 0 of x (others: 0). */
+static dt_status measure_burst(dt_comm *x, char *buf, double *burst) {
+    double busy0 = 0, idle0 = 0, est[NBURST];
+    int n = 0;
+    *burst = 0;
+    dt_status st = ping(x, buf, 4, 0, &busy0);
+    if (!st) st = ping(x, buf, 4, 0.05, &idle0);
+    /* every size on both ranks: rank 1's own times would decide otherwise */
+    for (int k = 0; k < NBURST && !st; k++) {
+        size_t bytes = (size_t)16384 << k;
+        double busy = 0, idle = 0;
+        if (!(st = ping(x, buf, bytes, 0, &busy))) st = ping(x, buf, bytes, 0.05, &idle);
+        /* the bytes' own time, busy and idle, and what idling saved of it;
+         * only sizes whose own time is well above the waits' noise (1 ms) */
+        if (busy - busy0 < 1e-3) continue;
+        double saved = (double)bytes * (1 - (idle - idle0) / (busy - busy0));
+        saved = saved < 0 ? 0 : saved;
+        if (saved < 0.8 * (double)bytes) {
+            if (n < 3) est[n++] = saved;
+        } else if (!n) {
+            *burst = (double)bytes; /* passed whole: at least this */
+        }
+    }
+    if (n) *burst = median(est, n);
+    return st;
+}
+
 static void print_level(const char *name, const dt_link_cost *l, const char *how) {
     printf("%-6s alpha %8.2f us   beta %8.4f ns/B (%8.3f GB/s)   %s\n", name, l->alpha * 1e6, l->beta * 1e9,
            l->beta > 0 ? 1e-9 / l->beta : 0.0, how);
@@ -151,8 +238,11 @@ int dt_bench_fit(dt_comm *c) {
     m.gamma = slot / dt_comm_size(c);
     double msg[NSIZES] = {0}, beta[NSIZES] = {0};
     if (!st && ti.shm && ti.even) st = fit_level(local, DT_ALGO_SHM, true, m.gamma, buf, &m.local, NULL, NULL);
+    double burst = 0;
     if (!st && ti.hosts > 1 && dt_comm_rank(local) == 0)
         st = fit_level(cross, DT_ALGO_RING, false, m.gamma, buf, &m.cross, msg, beta);
+    if (!st && ti.hosts > 1 && dt_comm_rank(local) == 0 && dt_comm_rank(cross) < 2)
+        st = measure_burst(cross, (char *)buf, &burst);
     /* rank 0 (a first rank of its host) has both levels: tell everyone */
     double v[4] = {m.local.alpha, m.local.beta, m.cross.alpha, m.cross.beta};
     if (!st) st = dt_bcast(c, v, sizeof v, 0, DT_ALGO_RING);
@@ -167,6 +257,7 @@ int dt_bench_fit(dt_comm *c) {
         else printf("local  not measured: %s\n", ti.shm ? "hosts hold unequal rank counts" : "no shared memory or one rank per host");
         if (ti.hosts > 1) print_level("cross", &m.cross, "a host's link (ring among one rank per host, fitted 4K-16M)");
         else printf("cross  not measured: one host\n");
+        if (ti.hosts > 1) printf("burst  %8.1f KB passed at once after the link idled 50 ms\n", burst / 1e3);
     }
     if (!st) st = check_model(c, &m, &ti, buf);
     if (!st && r == 0) {
@@ -174,7 +265,8 @@ int dt_bench_fit(dt_comm *c) {
                m.local.beta, m.cross.alpha, m.cross.beta);
         for (int k = 0; k < NSIZES && ti.hosts > 1; k++)
             printf("%s[%.0f, %.4g]", k ? ", " : ", \"measured_beta\": [", msg[k], beta[k]);
-        printf("%s}, \"gamma\": %.4g}\n", ti.hosts > 1 ? "]" : "", m.gamma);
+        if (ti.hosts > 1) printf("], \"burst_bytes\": %.0f", burst);
+        printf("}, \"gamma\": %.4g}\n", m.gamma);
     }
     if (st) fprintf(stderr, "dtrain bench allreduce --fit: %s\n", dt_error_msg());
     dt_comm_destroy(cross);

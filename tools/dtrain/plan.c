@@ -96,12 +96,14 @@ static int calibrate(const char *out, const char *fit, const dt_model_cfg *mc, i
     if (!rc && dt_plan_calibrate_base(mc, NULL, batch, true, &c->base, &c->mpi_base))
         rc = 1, fprintf(stderr, "dtrain plan: %s\n", dt_error_msg());
     if (!rc && dt_plan_cluster_write(out, c)) rc = 1, fprintf(stderr, "dtrain plan: %s\n", dt_error_msg());
+    char burst[64] = "";
+    if (c->cross_burst > 0) snprintf(burst, sizeof burst, ", a burst of %.0f KB across", c->cross_burst / 1e3);
     if (!rc)
         printf("wrote %s: %d x %d ranks, %.1f GFLOP/s per rank on the %s step + %.2f ms a micro-batch, optimizer %.2f "
-               "ns/parameter, local %.2f us + %.3f ns/B%s%s%s\n", out, hosts, per, c->flops / 1e9, dt_model_name(mc),
+               "ns/parameter, local %.2f us + %.3f ns/B%s%s%s%s\n", out, hosts, per, c->flops / 1e9, dt_model_name(mc),
                c->micro_overhead_s * 1e3, c->optim_s_per_param * 1e9, c->links.local.alpha * 1e6,
                c->links.local.beta * 1e9, fit ? "" : " (links assumed: pass --fit)",
-               c->cross_n ? ", the cross link's rate at each measured size" : "",
+               c->cross_n ? ", the cross link's rate at each measured size" : "", burst,
                emulated ? ", every host's ranks sharing these cores" : "");
     free(c);
     return rc;
