@@ -23,7 +23,10 @@
  * - conv2d, emulated and native, on odd shapes (1x1, 3x3, 5x5, 3x2 kernels,
  *   stride 2, padding 0/1/2, channels off 16, batch 1, chunks of one and of
  *   several samples) against its exact value from rounded operands, each
- *   element within 1e-5 sum|terms| (fp32 summation).
+ *   element within 1e-5 sum|terms| (fp32 summation); natively also on 1, 2
+ *   and 3 threads (more than the batch for B <= 2; dt_conv2d_*_bf16_on, each
+ *   with exactly the scratch it asks for, NaN-filled) against the public
+ *   entry points, bit for bit.
  * - Attention's per-head products natively (dt_attention_gqa_*_bf16, grouped
  *   and not, T and head sizes off the tiles) against double from rounded q, k,
  *   v, dout and the rounded probabilities and dS, the rounding autocast does
@@ -31,6 +34,7 @@
 #include "dtrain/nn.h"
 #include "dtrain/testing.h"
 #include "fixturehelp.h"
+#include "nn/conv2d_impl.h"
 #include "testhelp.h"
 
 #include <cblas.h>
@@ -394,8 +398,30 @@ static float *rnd_floats(size_t n, float scale) {
     return p;
 }
 
+/* The native convolution on `threads` threads, into zeroed out, dinp, dw, db,
+ * its scratch exactly the size it asks for (ASan sees an overrun) and NaN (a
+ * value read before it is written shows). Equal bits to ref[0..3]: the
+ * elements that differ, for each tensor. */
+static size_t native_diffs(const dt_conv2d_dims *d, float *const ref[4], const size_t n[4], const float *x,
+                           const float *w, const float *b, const float *g, int threads) {
+    const size_t ns = dt_conv2d_bf16_scratch_floats_on(d, threads);
+    float *S = malloc(ns * sizeof(float) + 1), *got[4];
+    for (size_t i = 0; i < ns; i++) S[i] = NAN;
+    for (int t = 0; t < 4; t++) got[t] = calloc(n[t], sizeof(float));
+    dt_conv2d_forward_bf16_on(got[0], S, x, w, b, d, threads);
+    dt_conv2d_backward_bf16_on(got[1], got[2], got[3], S, g, x, w, d, threads);
+    size_t bad = 0;
+    for (int t = 0; t < 4; t++) {
+        for (size_t i = 0; i < n[t]; i++) bad += bits(got[t][i]) != bits(ref[t][i]);
+        free(got[t]);
+    }
+    free(S);
+    return bad;
+}
+
 /* One shape: emulated (dt_conv2d_* on rounded copies) and native
- * (dt_conv2d_*_bf16 on the fp32 operands) against conv_exact. */
+ * (dt_conv2d_*_bf16 on the fp32 operands) against conv_exact; native on 1, 2
+ * and 3 threads against the public entry, bit for bit. */
 static void conv_exact_case(const dt_conv2d_dims *d) {
     const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d);
     const size_t n[4] = {(size_t)d->B * d->OC * OH * OW, (size_t)d->B * d->IC * d->H * d->W,
@@ -427,20 +453,31 @@ static void conv_exact_case(const dt_conv2d_dims *d) {
             snprintf(what, sizeof what, "conv2d %s B%d %d->%d %dx%d k%dx%d s%d p%d %s = exact", native ? "native" : "emul",
                      d->B, d->IC, d->OC, d->H, d->W, d->KH, d->KW, d->stride, d->pad, names[t]);
             test_bound(what, got[t], r[t], e[t], n[t]);
-            free(got[t]);
         }
+        for (int T = 1; native && T <= 3; T++) {
+            size_t bad = native_diffs(d, got, n, x, w, b, g, T);
+            char what[160];
+            snprintf(what, sizeof what, "conv2d native B%d %d->%d %dx%d k%dx%d s%d p%d on %d thread(s) = public entry, "
+                     "bit for bit", d->B, d->IC, d->OC, d->H, d->W, d->KH, d->KW, d->stride, d->pad, T);
+            printf("%s %s (%zu elements differ)\n", bad ? "FAIL" : "ok  ", what, bad);
+            test_cond(what, bad == 0);
+        }
+        for (int t = 0; t < 4; t++) free(got[t]);
     }
     for (int t = 0; t < 4; t++) free(r[t]), free(e[t]);
     free(x), free(w), free(b), free(g), free(rx), free(rw), free(rg), free(S);
 }
 
 /* Odd shapes: 1x1 and 3x3, stride 2, padding 0/1/2, channels off 16, batch 1,
- * a chunk of several samples (small maps) and one of one (large). */
+ * a chunk of several samples (small maps) and one of one (large); for the
+ * threads, batch 2 with K = 297 (3 parts of dW, 2 of the forward, 1 chunk) and
+ * batch 7 in 2 chunks of dW, 3 of the forward. */
 static void test_conv_exact(void) {
     static const dt_conv2d_dims shapes[] = {
         {1, 3, 9, 9, 5, 3, 3, 2, 1},     {2, 17, 7, 7, 19, 1, 1, 1, 0},  {3, 5, 8, 6, 33, 3, 3, 1, 2},
         {1, 20, 11, 11, 7, 5, 5, 2, 2},  {5, 1, 28, 28, 32, 5, 5, 1, 2}, {4, 18, 5, 5, 40, 3, 3, 1, 1},
-        {2, 9, 12, 10, 3, 1, 1, 2, 0},   {2, 4, 6, 7, 6, 3, 2, 1, 0},
+        {2, 9, 12, 10, 3, 1, 1, 2, 0},   {2, 4, 6, 7, 6, 3, 2, 1, 0},    {2, 33, 9, 9, 21, 3, 3, 2, 1},
+        {7, 6, 10, 10, 9, 3, 3, 1, 1},
     };
     if (!dt_gemm_bf16_available()) printf("skip conv2d native = exact: this CPU has no AVX512-BF16\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) conv_exact_case(&shapes[i]);

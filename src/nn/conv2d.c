@@ -31,11 +31,35 @@
  * chunks are DT_CONV_BF16_COLS = 512 columns: the bf16 GEMM gains more from
  * wide panels (bench_conv, W3 conv2: 26.5 ms a step at 64 columns, 24 at 512,
  * 24 at 1024). Against the faster fp32 kernel (bench_conv, forward and
- * backward, 3 runs of 10 rounds on a Zen 4 EPYC) it is 1.2-1.4x on W3's conv2,
+ * backward, one thread, 3 runs of 10 rounds on a Zen 4 EPYC) it is 1.2-1.4x on W3's conv2,
  * 1.2-1.8x on 3x3 layers, 1.5-1.75x on a 1x1, and 0.91-1.02x on W3's conv1
- * (one input channel: K = 25, where packing costs as much as the products). A bf16 direct kernel
- * would save im2col's copy and the packing (a quarter of a bf16 W3 step) and
- * is not built. */
+ * (one input channel: K = 25, where packing costs as much as the products).
+ * A bf16 direct kernel would save im2col's copy and the packing (a quarter of
+ * a bf16 W3 step) and is not built.
+ *
+ * Threads. The bf16 convolution shares its work out in T = dt_nn_threads()
+ * parts (dt_nn_run_parts, one start per call), each with its own col, staging
+ * and packing, each running dt_gemm_bf16 on its own thread only:
+ *   forward:  part j takes its share of the chunks, which shrink to ceil(B/T)
+ *             samples where the batch has fewer than T of them;
+ *   backward: over every chunk in order, part j stages the chunk's dY, adds db
+ *             at its share of the output channels, lays out only its share of
+ *             col's rows k (16 at a time) and adds dW[:, its k] += dY @ col^T;
+ *             on its share of the chunks it also computes dcol and col2im's it
+ *             into dinp.
+ * Each element is summed by one part in the one-thread order (Y and dcol do
+ * not depend on the chunking; dW and db keep the chunks of nb samples), so
+ * every T gives the same bits, the same as before the threads. Cost a part:
+ * forward 1/T of the copies, packing and products; backward 1/T of im2col,
+ * col2im and the products, plus the whole of dY staged and packed by every
+ * part (OC*B*P floats each, against K*B*P/T of col: 16% of col's for W3's conv2
+ * at T = 2, OC = 64, K = 800), the price of not joining the parts inside a
+ * call. Before, the GEMMs alone were split (their threads started per GEMM)
+ * and the copies ran on one: at two threads the bf16 W3 step ran at
+ * 0.84-1.15x fp32's speed; now 1.7-2.2x, 1.9-2.2x its old speed
+ * (docs/BENCHMARKS.md; at one thread unchanged). Scratch:
+ * dt_conv2d_bf16_scratch_floats has room for dt_nn_max_threads() parts (no
+ * more than the batch or dW's 16-column shares). */
 #include "conv2d_impl.h"
 #include "parts.h"
 
@@ -157,34 +181,38 @@ static inline void add_row(float *restrict dst, const float *restrict src, int n
     }
 }
 
-/* col rows are ld floats apart; this sample's columns start at col. */
-DT_HOT static void im2col(float *col, size_t ld, const float *x, const dt_conv2d_dims *d, int OH,
-                   int OW) {
+/* Rows [r0, r1) of one sample's col, row r (= (c, kh, kw)) at col + (r - r0) * ld;
+ * this sample's columns start at col. */
+DT_HOT static void im2col_rows(float *col, size_t ld, const float *x, const dt_conv2d_dims *d, int OH, int OW,
+                               int r0, int r1) {
     const int S = d->stride, Pd = d->pad;
-    for (int c = 0; c < d->IC; c++) {
+    int c = r0 / (d->KH * d->KW), kh = r0 / d->KW % d->KH, kw = r0 % d->KW - 1;
+    for (int r = r0; r < r1; r++) {
+        /* (c, kh, kw) of row r, counted on: three divisions a row cost ~5% of
+         * bench_conv's 3x3 128->128 on 7x7 maps */
+        if (++kw == d->KW) {
+            kw = 0;
+            if (++kh == d->KH) kh = 0, c++;
+        }
         const float *xc = x + (size_t)c * d->H * d->W;
-        for (int kh = 0; kh < d->KH; kh++) {
-            for (int kw = 0; kw < d->KW; kw++) {
-                float *row = col + ((size_t)(c * d->KH + kh) * d->KW + kw) * ld;
-                int lo, hi;
-                valid_range(kw, Pd, S, d->W, OW, &lo, &hi);
-                for (int oh = 0; oh < OH; oh++) {
-                    float *dst = row + (size_t)oh * OW;
-                    int ih = oh * S - Pd + kh;
-                    if (ih < 0 || ih >= d->H) {
-                        zero_row(dst, OW);
-                        continue;
-                    }
-                    const float *src = xc + (size_t)ih * d->W + (lo * S - Pd + kw);
-                    zero_row(dst, lo);
-                    if (S == 1) {
-                        copy_row(dst + lo, src, hi - lo);
-                    } else {
-                        for (int ow = lo; ow < hi; ow++) dst[ow] = src[(ow - lo) * S];
-                    }
-                    zero_row(dst + hi, OW - hi);
-                }
+        float *row = col + (size_t)(r - r0) * ld;
+        int lo, hi;
+        valid_range(kw, Pd, S, d->W, OW, &lo, &hi);
+        for (int oh = 0; oh < OH; oh++) {
+            float *dst = row + (size_t)oh * OW;
+            int ih = oh * S - Pd + kh;
+            if (ih < 0 || ih >= d->H) {
+                zero_row(dst, OW);
+                continue;
             }
+            const float *src = xc + (size_t)ih * d->W + (lo * S - Pd + kw);
+            zero_row(dst, lo);
+            if (S == 1) {
+                copy_row(dst + lo, src, hi - lo);
+            } else {
+                for (int ow = lo; ow < hi; ow++) dst[ow] = src[(ow - lo) * S];
+            }
+            zero_row(dst + hi, OW - hi);
         }
     }
 }
@@ -212,44 +240,6 @@ DT_HOT static void col2im_add(float *dx, const float *col, size_t ld, const dt_c
                         for (int i = 0; i < n; i++) dst[i * S] += src[i];
                     }
                 }
-            }
-        }
-    }
-}
-
-/* The im2col forward on chunks of NB samples; col (the chunk's columns), then
- * the staging buffer, from scratch; pack: as gemm. */
-static void im2col_forward(float *out, float *scratch, float *pack, const float *inp, const float *w, const float *b,
-                           const dt_conv2d_dims *d, int NB) {
-    DT_ASSERT(d->stride >= 1 && d->pad >= 0);
-    const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d), OC = d->OC;
-    const size_t P = (size_t)OH * OW, K = (size_t)d->IC * d->KH * d->KW;
-    const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)OC * P;
-    float *col = scratch;
-    for (int b0 = 0; b0 < d->B; b0 += NB) {
-        const int nb = d->B - b0 < NB ? d->B - b0 : NB;
-        const size_t ld = (size_t)nb * P;
-        for (int s = 0; s < nb; s++)
-            im2col(col + (size_t)s * P, ld, inp + (b0 + s) * in_sz, d, OH, OW);
-        if (nb == 1) {
-            /* One sample: the GEMM writes NCHW directly, bias pre-filled. */
-            float *y = out + (size_t)b0 * out_sz;
-            for (int o = 0; o < OC; o++) {
-                float bv = b ? b[o] : 0.0f;
-                for (size_t i = 0; i < P; i++) y[o * P + i] = bv;
-            }
-            dt_nn_gemm(pack, false, false, OC, (int)P, (int)K, 1.0f, w, (int)K, col, (int)P, 1.0f, y, (int)P);
-            continue;
-        }
-        float *stage = scratch + K * NB * P; /* (OC, nb*P) */
-        dt_nn_gemm(pack, false, false, OC, (int)ld, (int)K, 1.0f, w, (int)K, col, (int)ld, 0.0f, stage, (int)ld);
-        for (int s = 0; s < nb; s++) {
-            float *y = out + (b0 + s) * out_sz;
-            for (int o = 0; o < OC; o++) {
-                const float *restrict src = stage + o * ld + s * P;
-                float *restrict dst = y + o * P;
-                float bv = b ? b[o] : 0.0f;
-                for (size_t i = 0; i < P; i++) dst[i] = src[i] + bv;
             }
         }
     }
@@ -285,53 +275,150 @@ static void bias_grad(float *db, const float *g, size_t ld, size_t n, int OC, bo
     }
 }
 
-static void im2col_backward(float *dinp, float *dw, float *db, float *scratch, float *pack, const float *dout,
-                            const float *inp, const float *w, const dt_conv2d_dims *d, int NB) {
+/* ---- the work, in parts: one thread each, or the fp32 path's one part ------------- */
+
+/* One call's work. Part j's scratch is scratch + j * per: col (K, NB*P), then
+ * the staging (OC, NB*P) when NB > 1, then from pack on the bf16 GEMM's packing. */
+typedef struct {
+    const dt_conv2d_dims *d;
+    int OH, OW, NB, T;
+    size_t P, K, in_sz, out_sz, per, pack;
+    bool bf16;
+    float *out, *dinp, *dw, *db, *scratch;
+    const float *inp, *w, *b, *dout;
+} job;
+
+static job job_of(const dt_conv2d_dims *d, int NB, bool bf16, float *scratch) {
     DT_ASSERT(d->stride >= 1 && d->pad >= 0);
-    const int OH = dt_conv2d_out_h(d), OW = dt_conv2d_out_w(d), OC = d->OC;
-    const size_t P = (size_t)OH * OW, K = (size_t)d->IC * d->KH * d->KW;
-    const size_t in_sz = (size_t)d->IC * d->H * d->W, out_sz = (size_t)OC * P;
-    float *col = scratch;
-    for (int b0 = 0; b0 < d->B; b0 += NB) {
-        const int nb = d->B - b0 < NB ? d->B - b0 : NB;
-        const size_t ld = (size_t)nb * P;
-        /* dY of the chunk as (OC, nb*P): the caller's memory when nb == 1. */
-        const float *g = dout + (size_t)b0 * out_sz;
-        if (nb > 1) {
-            float *stage = scratch + K * NB * P;
-            for (int s = 0; s < nb; s++)
-                for (int o = 0; o < OC; o++)
-                    memcpy(stage + o * ld + s * P, dout + (b0 + s) * out_sz + o * P,
-                           P * sizeof(float));
-            g = stage;
+    job J = {.d = d, .OH = dt_conv2d_out_h(d), .OW = dt_conv2d_out_w(d), .NB = NB, .T = 1, .bf16 = bf16,
+             .scratch = scratch};
+    J.P = (size_t)J.OH * J.OW;
+    J.K = (size_t)d->IC * d->KH * d->KW;
+    J.in_sz = (size_t)d->IC * d->H * d->W;
+    J.out_sz = (size_t)d->OC * J.P;
+    return J;
+}
+
+/* C = op(A) op(B) (+ C when beta is 1) on this thread: part j's packing for bf16. */
+static void part_gemm(const job *J, int j, bool ta, bool tb, int M, int N, int K, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+    float *pack = J->bf16 ? J->scratch + (size_t)j * J->per + J->pack : NULL;
+    dt_nn_gemm_on(pack, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, 1);
+}
+
+/* Rows [r0, r1) of the col of samples [b0, b0 + nb) (ld = nb*P). */
+static void chunk_col(const job *J, float *col, int b0, int nb, int r0, int r1) {
+    for (int s = 0; s < nb; s++)
+        im2col_rows(col + (size_t)s * J->P, (size_t)nb * J->P, J->inp + (b0 + s) * J->in_sz, J->d, J->OH, J->OW,
+                    r0, r1);
+}
+
+/* Forward of samples [b0, b0 + nb) with part j's scratch. */
+static void forward_chunk(const job *J, int j, int b0, int nb) {
+    const int OC = J->d->OC;
+    const size_t P = J->P, ld = (size_t)nb * P;
+    float *col = J->scratch + (size_t)j * J->per, *stage = col + J->K * J->NB * P;
+    chunk_col(J, col, b0, nb, 0, (int)J->K);
+    if (nb == 1) {
+        /* One sample: the GEMM writes NCHW directly, bias pre-filled. */
+        float *y = J->out + (size_t)b0 * J->out_sz;
+        for (int o = 0; o < OC; o++) {
+            float bv = J->b ? J->b[o] : 0.0f;
+            for (size_t i = 0; i < P; i++) y[o * P + i] = bv;
         }
-        if (db) bias_grad(db, g, ld, ld, OC, pack != NULL);
-        for (int s = 0; s < nb; s++)
-            im2col(col + (size_t)s * P, ld, inp + (b0 + s) * in_sz, d, OH, OW);
-        dt_nn_gemm(pack, false, true, OC, (int)K, (int)ld, 1.0f, g, (int)ld, col, (int)ld, 1.0f, dw, (int)K);
-        if (!dinp) continue;
-        dt_nn_gemm(pack, true, false, (int)K, (int)ld, OC, 1.0f, w, (int)K, g, (int)ld, 0.0f, col, (int)ld);
-        for (int s = 0; s < nb; s++)
-            col2im_add(dinp + (b0 + s) * in_sz, col + (size_t)s * P, ld, d, OH, OW);
+        part_gemm(J, j, false, false, OC, (int)P, (int)J->K, J->w, (int)J->K, col, (int)P, 1.0f, y, (int)P);
+        return;
+    }
+    part_gemm(J, j, false, false, OC, (int)ld, (int)J->K, J->w, (int)J->K, col, (int)ld, 0.0f, stage, (int)ld);
+    for (int s = 0; s < nb; s++) {
+        float *y = J->out + (b0 + s) * J->out_sz;
+        for (int o = 0; o < OC; o++) {
+            const float *restrict src = stage + o * ld + s * P;
+            float *restrict dst = y + o * P;
+            float bv = J->b ? J->b[o] : 0.0f;
+            for (size_t i = 0; i < P; i++) dst[i] = src[i] + bv;
+        }
     }
 }
 
+/* Forward, part j: its share of the chunks of NB samples. */
+static void forward_part(void *p, int j) {
+    const job *J = p;
+    const int B = J->d->B, chunks = (B + J->NB - 1) / J->NB;
+    size_t lo, hi;
+    dt_nn_share((size_t)chunks, j, J->T, &lo, &hi);
+    for (size_t c = lo; c < hi; c++) {
+        const int b0 = (int)c * J->NB;
+        forward_chunk(J, j, b0, B - b0 < J->NB ? B - b0 : J->NB);
+    }
+}
+
+/* dY of samples [b0, b0 + nb) as (OC, nb*P): the caller's memory for one sample. */
+static const float *chunk_dy(const job *J, float *stage, int b0, int nb) {
+    const float *g = J->dout + (size_t)b0 * J->out_sz;
+    if (nb == 1) return g;
+    const size_t ld = (size_t)nb * J->P;
+    for (int s = 0; s < nb; s++)
+        for (int o = 0; o < J->d->OC; o++)
+            memcpy(stage + o * ld + s * J->P, g + s * J->out_sz + o * J->P, J->P * sizeof(float));
+    return stage;
+}
+
+/* Backward, part j, over the chunks of NB samples in order: db at its share of
+ * the output channels, dW at its share of the columns k (16 at a time; it
+ * lays out only those rows of col), and the input gradient of its share of the
+ * chunks. Each sum runs in the same order whatever T: results do not depend on
+ * it (the chunks do: dW adds one GEMM a chunk). */
+static void backward_part(void *p, int j) {
+    const job *J = p;
+    const dt_conv2d_dims *d = J->d;
+    const int B = d->B, NB = J->NB, OC = d->OC, chunks = (B + NB - 1) / NB;
+    float *col = J->scratch + (size_t)j * J->per, *stage = col + J->K * NB * J->P;
+    size_t klo, khi, olo, ohi, clo, chi;
+    dt_nn_share((J->K + 15) / 16, j, J->T, &klo, &khi);
+    klo *= 16;
+    khi = khi * 16 < J->K ? khi * 16 : J->K;
+    dt_nn_share(J->db ? (size_t)OC : 0, j, J->T, &olo, &ohi);
+    dt_nn_share(J->dinp ? (size_t)chunks : 0, j, J->T, &clo, &chi);
+    for (int c = 0; c < chunks; c++) {
+        const bool dx = (size_t)c >= clo && (size_t)c < chi;
+        if (klo == khi && olo == ohi && !dx) continue;
+        const int b0 = c * NB, nb = B - b0 < NB ? B - b0 : NB;
+        const size_t ld = (size_t)nb * J->P;
+        const float *g = chunk_dy(J, stage, b0, nb);
+        if (olo < ohi) bias_grad(J->db + olo, g + olo * ld, ld, ld, (int)(ohi - olo), J->bf16);
+        if (klo < khi) {
+            chunk_col(J, col, b0, nb, (int)klo, (int)khi);
+            part_gemm(J, j, false, true, OC, (int)(khi - klo), (int)ld, g, (int)ld, col, (int)ld, 1.0f,
+                      J->dw + klo, (int)J->K);
+        }
+        if (!dx) continue;
+        part_gemm(J, j, true, false, (int)J->K, (int)ld, OC, J->w, (int)J->K, g, (int)ld, 0.0f, col, (int)ld);
+        for (int s = 0; s < nb; s++)
+            col2im_add(J->dinp + (b0 + s) * J->in_sz, col + (size_t)s * J->P, ld, d, J->OH, J->OW);
+    }
+}
+
+/* fp32: one part, whose GEMMs (cblas_sgemm) run on the BLAS's threads. */
 void dt_conv2d_im2col_forward(float *out, float *scratch, const float *inp, const float *w,
                        const float *b, const dt_conv2d_dims *d) {
-    im2col_forward(out, scratch, NULL, inp, w, b, d, chunk_samples(d, DT_CONV_COLS));
+    job J = job_of(d, chunk_samples(d, DT_CONV_COLS), false, scratch);
+    J.out = out, J.inp = inp, J.w = w, J.b = b;
+    forward_part(&J, 0);
 }
 
 void dt_conv2d_im2col_backward(float *dinp, float *dw, float *db, float *scratch, const float *dout,
                         const float *inp, const float *w, const dt_conv2d_dims *d) {
-    im2col_backward(dinp, dw, db, scratch, NULL, dout, inp, w, d, chunk_samples(d, DT_CONV_COLS));
+    job J = job_of(d, chunk_samples(d, DT_CONV_COLS), false, scratch);
+    J.dinp = dinp, J.dw = dw, J.db = db, J.dout = dout, J.inp = inp, J.w = w;
+    backward_part(&J, 0);
 }
 
-/* ---- bf16: im2col + dt_gemm_bf16 for all three products -------------------------- */
+/* ---- bf16: im2col + dt_gemm_bf16 for all three products, in parts -------------------- */
 
-/* The columns and staging of chunks of nb samples, then dt_gemm_bf16's packing
- * for the largest of the three GEMMs. */
-size_t dt_conv2d_bf16_scratch_floats(const dt_conv2d_dims *d) {
-    const int nb = chunk_samples(d, DT_CONV_BF16_COLS);
+/* One part's scratch: the columns and staging of chunks of nb samples, then
+ * dt_gemm_bf16's packing for the largest of the three GEMMs. */
+static size_t bf16_part_floats(const dt_conv2d_dims *d, int nb) {
     const int K = d->IC * d->KH * d->KW, cols = nb * dt_conv2d_out_h(d) * dt_conv2d_out_w(d);
     size_t f = dt_gemm_bf16_scratch_floats(d->OC, cols, K), g = dt_gemm_bf16_scratch_floats(d->OC, K, cols),
            x = dt_gemm_bf16_scratch_floats(K, cols, d->OC);
@@ -339,16 +426,58 @@ size_t dt_conv2d_bf16_scratch_floats(const dt_conv2d_dims *d) {
     return im2col_floats(d, nb) + pack;
 }
 
+/* Parts for T threads: no more than there is work for (samples, or 16-column
+ * shares of dW). */
+static int bf16_parts(const dt_conv2d_dims *d, int T) {
+    const int kunits = (d->IC * d->KH * d->KW + 15) / 16, most = d->B > kunits ? d->B : kunits;
+    return T < 1 ? 1 : T > most ? most : T;
+}
+
+size_t dt_conv2d_bf16_scratch_floats_on(const dt_conv2d_dims *d, int threads) {
+    return (size_t)bf16_parts(d, threads) * bf16_part_floats(d, chunk_samples(d, DT_CONV_BF16_COLS));
+}
+
+static job bf16_job(const dt_conv2d_dims *d, float *scratch, int threads) {
+    const int NB = chunk_samples(d, DT_CONV_BF16_COLS);
+    job J = job_of(d, NB, true, scratch);
+    J.per = bf16_part_floats(d, NB);
+    J.pack = im2col_floats(d, NB);
+    J.T = bf16_parts(d, threads);
+    return J;
+}
+
+void dt_conv2d_forward_bf16_on(float *out, float *scratch, const float *inp, const float *w, const float *b,
+                               const dt_conv2d_dims *d, int threads) {
+    job J = bf16_job(d, scratch, threads);
+    J.out = out, J.inp = inp, J.w = w, J.b = b;
+    /* smaller chunks where the batch has fewer than one a part (the output
+     * does not depend on the chunking) */
+    const int each = (d->B + J.T - 1) / J.T;
+    if (J.NB > each) J.NB = each;
+    const int chunks = (d->B + J.NB - 1) / J.NB;
+    if (J.T > chunks) J.T = chunks;
+    dt_nn_run_parts(forward_part, &J, J.T);
+}
+
+void dt_conv2d_backward_bf16_on(float *dinp, float *dw, float *db, float *scratch, const float *dout,
+                                const float *inp, const float *w, const dt_conv2d_dims *d, int threads) {
+    job J = bf16_job(d, scratch, threads);
+    J.dinp = dinp, J.dw = dw, J.db = db, J.dout = dout, J.inp = inp, J.w = w;
+    dt_nn_run_parts(backward_part, &J, J.T);
+}
+
+size_t dt_conv2d_bf16_scratch_floats(const dt_conv2d_dims *d) {
+    return dt_conv2d_bf16_scratch_floats_on(d, dt_nn_max_threads());
+}
+
 void dt_conv2d_forward_bf16(float *out, float *scratch, const float *inp, const float *w, const float *b,
                             const dt_conv2d_dims *d) {
-    const int nb = chunk_samples(d, DT_CONV_BF16_COLS);
-    im2col_forward(out, scratch, scratch + im2col_floats(d, nb), inp, w, b, d, nb);
+    dt_conv2d_forward_bf16_on(out, scratch, inp, w, b, d, dt_nn_threads());
 }
 
 void dt_conv2d_backward_bf16(float *dinp, float *dw, float *db, float *scratch, const float *dout,
                              const float *inp, const float *w, const dt_conv2d_dims *d) {
-    const int nb = chunk_samples(d, DT_CONV_BF16_COLS);
-    im2col_backward(dinp, dw, db, scratch, scratch + im2col_floats(d, nb), dout, inp, w, d, nb);
+    dt_conv2d_backward_bf16_on(dinp, dw, db, scratch, dout, inp, w, d, dt_nn_threads());
 }
 
 size_t dt_conv2d_scratch_floats(const dt_conv2d_dims *d) {

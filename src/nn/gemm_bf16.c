@@ -16,14 +16,17 @@
  * rows are k) and through 16x16 transposes in registers where they lie along
  * columns; none is scalar except the edges.
  *
- * Threads (as many as the BLAS has, parts.h): A is packed once, then each
- * thread packs and multiplies its share of B's column panels; each C element is
- * summed by one thread in one order, so results do not depend on the count.
+ * Threads (as many as the BLAS has, parts.h; dt_gemm_bf16_on, gemm_pick.h:
+ * at most those given, for callers that share out the work themselves): A is
+ * packed once, then each thread packs and multiplies its share of B's column
+ * panels; each C element is summed by one thread in one order, so results do
+ * not depend on the count.
  *
  * Cost: 2MNK flops at 32 multiply-adds per instruction; packing reads MK + NK
  * floats and writes half as many bytes. Scratch: dt_gemm_bf16_scratch_floats. */
 #include "core/cpu.h"
 #include "dtrain/nn.h"
+#include "gemm_pick.h"
 #include "parts.h"
 
 #include <string.h>
@@ -194,8 +197,9 @@ static void columns_part(void *ctx, int j) {
     columns(P->J, j, P->T);
 }
 
-BF16_TARGET void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
-                              const float *B, int ldb, float beta, float *C, int ldc, float *scratch) {
+BF16_TARGET void dt_gemm_bf16_on(bool transa, bool transb, int M, int N, int K, float alpha, const float *A,
+                                 int lda, const float *B, int ldb, float beta, float *C, int ldc, float *scratch,
+                                 int threads) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         for (int i = 0; i < M; i++)
@@ -210,7 +214,7 @@ BF16_TARGET void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, flo
                    transa ? (size_t)lda : 1, M - i < MR ? M - i : MR, K);
     job J = {transb, M, N, K, ldb, ldc, alpha, beta, B, C, pa, pa + KP * Mp};
     /* a thread for every 4 panels at least, and 2 M-panels' worth of work in each */
-    int T = dt_nn_threads();
+    int T = threads;
     if ((size_t)T > panels / 4) T = (int)(panels / 4);
     if ((double)M * N * K < 2e6 * T) T = (int)((double)M * N * K / 2e6);
     if (T <= 1) {
@@ -221,8 +225,18 @@ BF16_TARGET void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, flo
     dt_nn_run_parts(columns_part, &P, T);
 }
 
+void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
+                  const float *B, int ldb, float beta, float *C, int ldc, float *scratch) {
+    dt_gemm_bf16_on(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, scratch, dt_nn_threads());
+}
+
 #else
 bool dt_gemm_bf16_available(void) { return false; }
+void dt_gemm_bf16_on(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc, float *scratch, int threads) {
+    (void)threads, (void)transa, (void)transb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda;
+    (void)B, (void)ldb, (void)beta, (void)C, (void)ldc, (void)scratch;
+}
 void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc, float *scratch) {
     (void)transa, (void)transb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
