@@ -13,7 +13,8 @@
 # --json rows carry "compress"); before, they are shown "not predicted yet".
 #
 # The cluster part (scripts/cluster.sh, network namespaces) needs root; without
-# it the part is skipped with one line. PARTS="host" or PARTS="cluster" runs one.
+# it the part is skipped with one line. PARTS="host" or PARTS="cluster" runs one;
+# PV_RATES ("1gbit 100mbit") the cluster part's link rates.
 # Each layout runs in PV_ROUNDS (2) interleaved rounds; its row is the fastest.
 #   bench/plan_validate.sh [BUILD_DIR]     (40 minutes on two cores at 2 rounds:
 #                                           one host 14, each link rate about 13)
@@ -90,7 +91,7 @@ fit() {
   [ -n "$2" ] && cmd=("$cl" exec node1 "${cmd[@]}" --hostfile "$2")
   timeout -k 10 300 "${cmd[@]}" > "$tmp/fit.txt" 2>&1 || { echo "# fit failed: $(tail -1 "$tmp/fit.txt")"; return 1; }
   tail -1 "$tmp/fit.txt" > "$tmp/fit.json"
-  grep -E '^(local|cross|  )' "$tmp/fit.txt" | sed 's/^/#   /'
+  grep -E "^(local|cross|burst|  )" "$tmp/fit.txt" | sed 's/^/#   /'
 }
 # plan W HOSTS PER CORES [--emulated]: describe the world (emulated hosts share
 # this machine's CORES), then every layout into $tmp/plan.json
@@ -287,7 +288,7 @@ cluster_part() {
   "$cl" up --hosts 2 --slots 2 --rate 1gbit > "$tmp/up.log" 2>&1 || { echo "# the 2-host part skipped: cluster up failed: $(tail -1 "$tmp/up.log")"; return; }
   printf 'node1 slots=1\nnode2 slots=1\n' > "$tmp/hosts2x1"
   printf 'node1 slots=2\nnode2 slots=2\n' > "$tmp/hosts2x2"
-  for rate in 1gbit 100mbit; do
+  for rate in ${PV_RATES:-1gbit 100mbit}; do
     if ! "$cl" link node1 rate $rate || ! "$cl" link node2 rate $rate; then echo "# could not set the links to $rate"; continue; fi
     echo; echo "## 2 emulated hosts, links at $rate (sharing this machine's $cores cores)"
     for per in 1 2; do

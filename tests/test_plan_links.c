@@ -3,8 +3,8 @@
  * held), read from 'dtrain bench allreduce --fit''s line and from a cluster
  * description and written back; bad curves refused in one line; a pipeline
  * boundary across hosts carries the next stage's input and nothing more; the
- * dp groups of a tensor-parallel stage share their host's link; and a shaped
- * link's burst. */
+ * dp groups of a tensor-parallel stage share their host's link; a shaped
+ * link's burst; and a pipeline no shorter than its busiest link. */
 #include "dtrain/plan.h"
 #include "plan/plan_internal.h"
 #include "plan_testhelp.h"
@@ -237,14 +237,18 @@ static void affine(void) {
 static void burst(void) {
     dt_plan_cluster *c = two_hosts(1, 8e-9);
     const double a = c->links.cross.alpha, lb = c->links.local.beta, S = 131072;
-    test_cond("no burst: alpha + bytes x beta", near(plan_p2p(c, true, S, 1, 1.0), a + S * 8e-9, 1e-12));
+    test_cond("no burst: alpha + bytes x beta", near(plan_p2p(c, true, S, 1, 1.0, 4), a + S * 8e-9, 1e-12));
     c->cross_burst = 250e3;
-    test_cond("a refilled burst passes a message at the local rate", near(plan_p2p(c, true, S, 1, 1.0), a + S * lb, 1e-12));
-    /* 0.5 ms at 8 ns/B refills 62500 bytes */
+    test_cond("a refilled burst passes a message at the local rate",
+              near(plan_p2p(c, true, S, 1, 1.0, 4), a + S * lb, 1e-12));
+    test_cond("a step's one message finds the bucket full", near(plan_p2p(c, true, S, 1, 0, 1), a + S * lb, 1e-12));
+    /* two messages of 400 KB 0.5 ms apart: the full bucket, then 0.5 ms at
+     * 8 ns/B refills 62500 bytes; each passes half of that at once */
     test_cond("half a millisecond refills 62500 bytes",
-              near(plan_p2p(c, true, S, 1, 5e-4), a + (S - 62500) * 8e-9 + 62500 * lb, 1e-12));
-    test_cond("two senders share one bucket", near(plan_p2p(c, true, 200e3, 2, 1.0), a + 150e3 * 8e-9 + 250e3 * lb, 1e-12));
-    test_cond("inside a host no burst", near(plan_p2p(c, false, S, 1, 1.0), c->links.local.alpha + S * lb, 1e-12));
+              near(plan_p2p(c, true, 400e3, 1, 5e-4, 2), a + (400e3 - 156250) * 8e-9 + 156250 * lb, 1e-12));
+    test_cond("two senders share one bucket",
+              near(plan_p2p(c, true, 200e3, 2, 1.0, 4), a + 150e3 * 8e-9 + 250e3 * lb, 1e-12));
+    test_cond("inside a host no burst", near(plan_p2p(c, false, S, 1, 1.0, 4), c->links.local.alpha + S * lb, 1e-12));
 
     const char *fit = put("fit.json", "{\"local\": {\"alpha\": 1e-06, \"beta\": 2e-10}, \"cross\": {\"alpha\": 3e-05, "
                                       "\"beta\": 8e-09, \"measured_beta\": [[1024, 8e-09]], \"burst_bytes\": 227507}, "
@@ -287,9 +291,30 @@ static void burst(void) {
               bursty.step_s < plain.step_s && plain.step_s - bursty.step_s <= most * 1.0001);
 }
 
+/* The interleaved schedule on two hosts: each micro-batch crosses the link
+ * from the first host three times (chunk 0 -> 1 and 2 -> 3 forward, 2 <- 1's
+ * gradient back), so the span is at least 3 M messages on it. */
+static void busiest_link(void) {
+    dt_model_cfg mc;
+    dt_model_cfg_default(&mc, DT_MODEL_GPT);
+    dt_plan_cluster *c = two_hosts(1, 8e-7);
+    dt_plan_in in = {.model = &mc, .batch = 8, .adam = true, .cluster = c};
+    dt_plan_layout l = {.dp = 1, .tp = 1, .pp = 2, .micro = 4, .sched = DT_PLAN_INTERLEAVED, .virt = 2};
+    dt_plan_pred p;
+    test_cond("busiest link: predicted", dt_plan_predict(&in, &l, &p) == DT_OK);
+    dt_model *m = NULL;
+    test_cond("busiest link: probe", dt_model_probe(&mc, &m) == DT_OK && m);
+    double bytes = m ? (double)m->blocks[atoi(p.partition)].in_dim * 4 * 2 : 0; /* micro-batches of 2 */
+    dt_model_destroy(m);
+    double span = p.compute_s + p.tp_s + p.bubble_s, link = 3 * 4 * plan_p2p(c, true, bytes, 1, 0, 8);
+    printf("busiest link: span %.2f ms, 12 messages of %.0f bytes %.2f ms\n", span * 1e3, bytes, link * 1e3);
+    test_cond("busiest link: the span is no shorter than its messages", span >= link * (1 - 1e-9));
+}
+
 int main(void) {
     if (!mkdtemp(dir)) return 1;
     burst();
+    busiest_link();
     affine();
     gpipe_sliced();
     curve();

@@ -14,8 +14,10 @@
  *   tp        each block's all-reduce bytes through the local link (ring cost);
  *   schedule  dt_plan_pipeline over the chunks in the runtime's order,
  *             boundary transfers between chunks (C - 1 a micro-batch each
- *             way; across hosts, the stage's ranks on a host share its link);
- *             with more ranks than cores GPipe is no faster than 1F1B;
+ *             way; across hosts, the stage's ranks on a host share its link,
+ *             whose burst passes some at once, plan_p2p); with more ranks
+ *             than cores GPipe is no faster than 1F1B; the span no shorter
+ *             than the busiest link's messages;
  *   dp, ZeRO, compression, parameter server: plan_comm.c;
  *   optimizer the rank's share of parameters x the cluster's time per parameter.
  * Heterogeneous hosts: a stage runs at its slowest host's speed, except plain
@@ -125,14 +127,14 @@ static double chunk_time(const dt_plan_cluster *c, const dt_plan_layout *l, doub
 /* A transfer of `bytes` from each rank of stage a to its peer of stage b:
  * stage s holds ranks s.span .. (s+1).span - 1 and rank a.span + r sends to
  * b.span + r; the pairs on different hosts cross, those leaving one host at
- * once sharing its link, idle for `gap` (the sender's compute between two
- * such messages) before. */
+ * once sharing its link, quiet for `gap` between two such messages (a step
+ * has one a micro-batch and chunk of a stage). */
 static double transfer(const dt_plan_cluster *c, const dt_plan_layout *l, int a, int b, double bytes, double gap) {
     int span_r = l->tp * l->dp, per = c->per_host, crossing = 0;
     for (int r = 0; r < span_r; r++) crossing += (a * span_r + r) / per != (b * span_r + r) / per;
     int from_hosts = (a * span_r + span_r - 1) / per - (a * span_r) / per + 1;
     int share = crossing ? (crossing + from_hosts - 1) / from_hosts : 1;
-    return plan_p2p(c, crossing > 0, bytes, share, gap);
+    return plan_p2p(c, crossing > 0, bytes, share, gap, l->micro * (l->virt > 1 ? l->virt : 1));
 }
 
 /* Per chunk c of the partition (C = P V, chunk c on stage c % P): a
@@ -142,7 +144,7 @@ static void chunk_times(const dt_plan_in *in, const dt_plan_layout *l, const dt_
                         double mb, double *fwd, double *bwd, double *tps, double *p2p) {
     const dt_plan_cluster *c = in->cluster;
     int P = l->pp, C = dt_partition_chunks(part);
-    double total = 0;
+    double total = 0, in_bytes[256];
     for (int b = 0; b < m->n_blocks; b++) total += (double)m->blocks[b].flops;
     for (int k = 0; k < C; k++) {
         double flops = 0, tp_bytes = 0;
@@ -154,11 +156,17 @@ static void chunk_times(const dt_plan_in *in, const dt_plan_layout *l, const dt_
         tps[k] = l->tp > 1 ? plan_ar(c, 1, l->tp, 1, tp_bytes * mb) : 0;
         fwd[k] = f / 3 + tps[k] / 2;
         bwd[k] = 2 * f / 3 + tps[k] / 2 + (l->recompute ? f / 3 + tps[k] / 2 : 0);
-        double bytes = (double)m->blocks[part->first[k]].in_dim * 4 * mb;
-        /* one each way a micro-batch: chunk k - 1's forward (or k's
-         * backward, longer) between two of them */
-        p2p[k] = k > 0 ? transfer(c, l, (k - 1) % P, k % P, bytes, fwd[k - 1]) : 0;
+        in_bytes[k] = (double)m->blocks[part->first[k]].in_dim * 4 * mb;
     }
+    /* a boundary's message each way a micro-batch; between two on one link
+     * its sender runs a forward and a backward (1F1B), or (GPipe) only
+     * forwards, then only backwards */
+    for (int k = 1; k < C; k++) {
+        double gap = l->sched == DT_PLAN_GPIPE ? fmin(fwd[k - 1], bwd[k])
+                                               : fmin(fwd[k - 1] + bwd[k - 1], fwd[k] + bwd[k]);
+        p2p[k] = transfer(c, l, (k - 1) % P, k % P, in_bytes[k], gap);
+    }
+    p2p[0] = 0;
 }
 
 /* Ranks taking turns on one host's cores: a rank waiting in the pipeline's
@@ -187,6 +195,26 @@ static double lent_cores(const dt_plan_cluster *c, const dt_plan_layout *l, int 
     return lent;
 }
 
+/* The busiest link's time a step: boundary k's M messages forward (stage
+ * (k-1) % P to k % P) and M back, those between the same two hosts in one
+ * direction queued on one link (p2p[k] already counts the pairs that share
+ * it). A stage's host is its first rank's. */
+static double link_bound(const dt_plan_cluster *c, const dt_plan_layout *l, int C, const double *p2p) {
+    int span_r = l->tp * l->dp, P = l->pp, n = 0, from[512], to[512];
+    double t[512], most = 0;
+    for (int k = 1; k < C; k++) {
+        int ha = (k - 1) % P * span_r / c->per_host, hb = k % P * span_r / c->per_host;
+        for (int dir = 0; dir < 2 && ha != hb; dir++) {
+            int x = dir ? hb : ha, y = dir ? ha : hb, i = 0;
+            while (i < n && !(from[i] == x && to[i] == y)) i++;
+            if (i == n) from[n] = x, to[n] = y, t[n++] = 0;
+            t[i] += l->micro * p2p[k];
+            most = fmax(most, t[i]);
+        }
+    }
+    return most;
+}
+
 /* The schedule and the busiest stage's parts. */
 static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const dt_partition *part, const stage_cost *sc,
                      dt_plan_pred *p) {
@@ -207,6 +235,9 @@ static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const dt_par
         if (s1 > span) span = s1;
     }
     if (P > 1) span = lent_cores(c, l, V, M, fwd, bwd, p2p, sf, sb, span, &busy);
+    /* no shorter than its busiest link is busy (the schedule lets two
+     * boundaries' messages cross one link at once) */
+    span = fmax(span, link_bound(c, l, P * V, p2p));
     int worst = 0;
     for (int s = 1; s < P; s++)
         if (sf[s] + sb[s] > sf[worst] + sb[worst]) worst = s;

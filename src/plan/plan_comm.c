@@ -29,9 +29,9 @@
  * (plan_dp_exposed). A message across hosts crosses at the rate measured for
  * its size when the description has the link's curve (dt_plan_cross_beta):
  * TCP and the shapers make a link's rate depend on the message; a pipeline's
- * boundary message across hosts passes its link's burst at the local rate
- * when the sender's compute since its last one refilled the bucket
- * (plan_p2p). Cost: O(blocks) per layout. */
+ * boundary message across hosts passes its link's burst at the local rate:
+ * the bucket is full at a step's first message and refilled by the sender's
+ * compute between two (plan_p2p). Cost: O(blocks) per layout. */
 #include "plan_internal.h"
 
 #include "dtrain/parallel.h"
@@ -42,11 +42,11 @@ dt_link_cost plan_link(const dt_plan_cluster *c, bool cross, double msg) {
     return cross ? (dt_link_cost){c->links.cross.alpha, dt_plan_cross_beta(c, msg)} : c->links.local;
 }
 
-double plan_p2p(const dt_plan_cluster *c, bool cross, double bytes, int share, double gap) {
+double plan_p2p(const dt_plan_cluster *c, bool cross, double bytes, int share, double gap, int n) {
     dt_link_cost lk = plan_link(c, cross, bytes);
-    double total = bytes * share, refill = 0;
-    if (cross && c->cross_burst > 0 && c->links.cross.beta > 0) refill = fmin(c->cross_burst, gap / c->links.cross.beta);
-    double burst = fmin(total, refill);
+    double total = bytes * share, burst = 0, b = c->cross_burst;
+    if (cross && b > 0 && c->links.cross.beta > 0 && n > 0)
+        burst = fmin(total, (b + (n - 1) * fmin(b, gap / c->links.cross.beta)) / n);
     return lk.alpha + (total - burst) * lk.beta + burst * c->links.local.beta;
 }
 

@@ -61,11 +61,12 @@ static inline bool plan_time_sliced(const dt_plan_cluster *c) {
 /* The link a message of msg bytes takes: local, or across hosts at the rate
  * measured for its size. */
 dt_link_cost plan_link(const dt_plan_cluster *c, bool cross, double msg);
-/* A message of `bytes` from each of `share` ranks through one link (cross:
- * across hosts), the link idle for `gap` seconds before it: alpha + bytes
- * x share x beta, less what the refilled burst (c->cross_burst, refilled at
- * the link's fitted rate) passes at the local rate. */
-double plan_p2p(const dt_plan_cluster *c, bool cross, double bytes, int share, double gap);
+/* One of n messages a step of `bytes` from each of `share` ranks through one
+ * link (cross: across hosts), `gap` seconds of the link's quiet between two:
+ * alpha + bytes x share x beta, less, at the local rate, the mean of what the
+ * burst passes (c->cross_burst: full at the step's first message, the link
+ * quiet since the last step's; then refilled at the link's fitted rate). */
+double plan_p2p(const dt_plan_cluster *c, bool cross, double bytes, int share, double gap, int n);
 /* A ring-or-better all-reduce of `bytes` on hosts x per_host (dt_allreduce_predict),
  * `share` such all-reduces crossing each host's link at once. */
 double plan_ar(const dt_plan_cluster *c, int hosts, int per_host, int share, double bytes);
