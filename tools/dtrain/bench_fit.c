@@ -149,7 +149,10 @@ static dt_status spin(dt_comm *x, dt_req *reqs, int n) {
         dt_status st = dt_testany(x, reqs, n, &i);
         if (st) return st;
         if (i >= 0) left--;
-        else if (dt_now() - t0 > 30) return dt_errorf(DT_ERR_TIMEOUT, "the burst ping waited 30 s for its peer");
+        else if (dt_now() - t0 > 30) {
+            dt_cancel(x, reqs, n); /* buf stays allocated until the process ends */
+            return dt_errorf(DT_ERR_TIMEOUT, "the burst ping waited 30 s for its peer");
+        }
     }
     return DT_OK;
 }
@@ -271,6 +274,6 @@ int dt_bench_fit(dt_comm *c) {
     if (st) fprintf(stderr, "dtrain bench allreduce --fit: %s\n", dt_error_msg());
     dt_comm_destroy(cross);
     dt_comm_destroy(local);
-    dt_free(buf);
+    if (!st) dt_free(buf); /* after a failed ping MPI may still touch it (dt_cancel) */
     return st ? 1 : 0;
 }
