@@ -11,21 +11,24 @@
  * tensors) and zeroing that tensor's gradient. Data are synthetic and fixed
  * (pixels uniform in [0,1], uniform labels/tokens): loading is not measured.
  *
- * The sgemm peak (cblas_sgemm 1024^3, one thread, best of several) is measured
- * in the same process, so "% of peak" compares like with like on a shared,
- * noisy machine. GFLOP/s counts only GEMM-shaped work: m->flops_per_sample
+ * The sgemm peak (1024^3, one thread, best of several) is measured in the same
+ * process, through dtrain's own dt_sgemm (the library it trains with) and
+ * through OpenBLAS's cblas_sgemm, and "% of peak" divides by the larger, so it
+ * compares like with like on a shared, noisy machine. DTRAIN_SGEMM chooses
+ * dt_sgemm's library as for `dtrain train`. GFLOP/s counts only GEMM-shaped work: m->flops_per_sample
  * (see docs/BENCHMARKS.md for what that includes).
  *
  * Machine-readable lines start with "RESULT"; --profile adds per-block
  * forward/backward and optimizer times ("PROFILE" lines).
  *
- *   bench_train [--only W1,W2,W3,peak] [--seconds S] [--warmup N] [--profile] [--precision fp32|bf16|bf16-emulated]
+ *   bench_train [--only W1,W2,W3,peak,gemm] [--seconds S] [--warmup N] [--profile] [--precision fp32|bf16|bf16-emulated]
  *
  * --precision bf16 runs the workloads as `dtrain train --precision bf16` does
  * (its RESULT lines say precision=bf16); % of peak stays relative to fp32 sgemm.
  */
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
+#include "dtrain/nn.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -50,6 +53,7 @@ static const workload WORKLOADS[] = {
 typedef struct options {
     bool run[N_WORKLOADS];
     bool peak;
+    bool gemm; /* the training shapes on each library (not in the default run) */
     double seconds;   /* timed seconds per workload (steps are chosen to fit) */
     int warmup;
     bool profile;
@@ -58,8 +62,9 @@ typedef struct options {
 
 /* ---- sgemm peak ------------------------------------------------------------ */
 
-/* Best GFLOP/s of `reps` 1024^3 sgemms (C = A B, row-major, no transposes). */
-static double sgemm_peak(int reps) {
+/* Best GFLOP/s of `reps` 1024^3 sgemms (C = A B, row-major, no transposes),
+ * through dt_sgemm or, with `openblas`, cblas_sgemm. */
+static double sgemm_peak(int reps, bool openblas) {
     const int n = 1024;
     size_t nn = (size_t)n * n;
     float *a = dt_alloc_floats(nn), *b = dt_alloc_floats(nn), *c = dt_alloc_floats(nn);
@@ -73,7 +78,10 @@ static double sgemm_peak(int reps) {
     double best = 1e30;
     for (int i = 0; i < reps + 1; i++) { /* the first is a warm-up */
         double t0 = dt_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        if (openblas)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        else
+            dt_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         double t = dt_now() - t0;
         if (i > 0 && t < best) best = t;
     }
@@ -81,6 +89,68 @@ static double sgemm_peak(int reps) {
     dt_free(b);
     dt_free(c);
     return 2.0 * n * n * (double)n / best / 1e9;
+}
+
+/* ---- the training shapes, library by library (--only gemm) -------------------- */
+
+typedef struct gshape {
+    const char *name;
+    int M, N, K;
+    bool ta, tb;
+} gshape;
+
+static const gshape GSHAPES[] = {
+    {"square 1024", 1024, 1024, 1024, false, false},  {"W1 fc1 forward", 128, 1024, 784, false, true},
+    {"W1 fc2 forward", 128, 1024, 1024, false, true}, {"W1 input grad", 128, 1024, 1024, false, false},
+    {"W1 weight grad", 1024, 784, 128, true, false},  {"W1 output layer", 128, 10, 1024, false, true},
+    {"W2 qkv", 2048, 768, 256, false, true},          {"W2 mlp down", 2048, 256, 1024, false, true},
+    {"W2 weight grad", 256, 768, 2048, true, false},  {"W2 input grad", 2048, 256, 768, false, false},
+    {"attention", 128, 128, 64, false, true},
+};
+
+/* GFLOP/s of one shape through dt_sgemm on its current library: the best of 5
+ * rounds of ~0.2 s. */
+static double shape_gflops(const gshape *g) {
+    size_t na = (size_t)g->M * g->K, nb = (size_t)g->K * g->N, nc = (size_t)g->M * g->N;
+    float *a = dt_alloc_floats(na), *b = dt_alloc_floats(nb), *c = dt_alloc_floats(nc);
+    DT_ASSERT(a && b && c);
+    for (size_t i = 0; i < na; i++) a[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < nb; i++) b[i] = (float)(i % 5) * 0.1f;
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        int it = 0;
+        double t0 = dt_now(), t;
+        do {
+            dt_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, a, g->ta ? g->M : g->K, b, g->tb ? g->K : g->N, 0.0f, c,
+                     g->N);
+            it++;
+        } while ((t = dt_now() - t0) < 0.2);
+        double gf = 2.0 * g->M * g->N * (double)g->K * it / t / 1e9;
+        if (gf > best) best = gf;
+    }
+    dt_free(a);
+    dt_free(b);
+    dt_free(c);
+    return best;
+}
+
+/* Each shape on OpenBLAS (whose kernels OPENBLAS_CORETYPE chooses) and on
+ * oneDNN where the build has it, one thread. */
+static void gemm_shapes(void) {
+    bool onednn = dt_sgemm_use("onednn") == DT_OK;
+    printf("GEMM shapes, 1 thread, GFLOP/s (best of 5 x 0.2 s); OpenBLAS: %s\n", openblas_get_config());
+    for (size_t i = 0; i < sizeof GSHAPES / sizeof GSHAPES[0]; i++) {
+        const gshape *g = &GSHAPES[i];
+        dt_sgemm_use("openblas");
+        double ob = shape_gflops(g), dn = -1;
+        if (onednn && dt_sgemm_use("onednn") == DT_OK) dn = shape_gflops(g);
+        printf("  %-16s %4d x %4d, K %4d, %c%c: openblas %6.1f  onednn %6.1f\n", g->name, g->M, g->N, g->K,
+               g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', ob, dn);
+        printf("RESULT gemm shape=\"%s\" M=%d N=%d K=%d op=%c%c openblas=%.2f onednn=%.2f\n", g->name, g->M, g->N,
+               g->K, g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', ob, dn);
+    }
+    dt_sgemm_use(getenv("DTRAIN_SGEMM"));
+    fflush(stdout);
 }
 
 /* ---- one workload ------------------------------------------------------------ */
@@ -292,8 +362,9 @@ static int parse_only(const char *s, options *o) {
         for (int i = 0; i < N_WORKLOADS; i++)
             if (strcmp(tok, WORKLOADS[i].id) == 0) o->run[i] = found = true;
         if (strcmp(tok, "peak") == 0) o->peak = found = true;
+        if (strcmp(tok, "gemm") == 0) o->gemm = found = true;
         if (!found) {
-            fprintf(stderr, "bench_train: --only takes W1,W2,W3,peak; got '%s'\n", tok);
+            fprintf(stderr, "bench_train: --only takes W1,W2,W3,peak,gemm; got '%s'\n", tok);
             return 2;
         }
     }
@@ -323,7 +394,7 @@ int main(int argc, char **argv) {
             o.precision = strcmp(p, "bf16") == 0 ? DT_PRECISION_BF16
                           : strcmp(p, "fp32") ? DT_PRECISION_BF16_EMULATED : DT_PRECISION_FP32;
         } else {
-            fprintf(stderr, "usage: bench_train [--only W1,W2,W3,peak] [--seconds S] [--warmup N] [--profile] "
+            fprintf(stderr, "usage: bench_train [--only W1,W2,W3,peak,gemm] [--seconds S] [--warmup N] [--profile] "
                             "[--precision fp32|bf16|bf16-emulated]\n");
             return strcmp(f, "--help") == 0 ? 0 : 2;
         }
@@ -338,12 +409,18 @@ int main(int argc, char **argv) {
     }
 
     openblas_set_num_threads(1);
+    if (dt_sgemm_use(getenv("DTRAIN_SGEMM"))) {
+        fprintf(stderr, "bench_train: %s\n", dt_error_msg());
+        return 2;
+    }
     /* Measured every run: % of peak is relative to this process's own sgemm. */
-    double peak = sgemm_peak(8);
-    printf("sgemm 1024^3, 1 thread (OpenBLAS, %s): %.1f GFLOP/s (best of 8)\n",
-           openblas_get_config(), peak);
-    printf("RESULT peak dtrain sgemm_gflops=%.2f\n", peak);
+    double own = sgemm_peak(40, false), blas = sgemm_peak(40, true), peak = own > blas ? own : blas;
+    printf("sgemm 1024^3, 1 thread: dt_sgemm (%s) %.1f GFLOP/s, OpenBLAS (%s) %.1f GFLOP/s (best of 40)\n",
+           dt_sgemm_library(), own, openblas_get_config(), blas);
+    printf("RESULT peak dtrain sgemm_gflops=%.2f dt_sgemm_gflops=%.2f openblas_gflops=%.2f library=%s\n", peak, own,
+           blas, dt_sgemm_library());
     fflush(stdout);
+    if (o.gemm) gemm_shapes();
 
     int rc = 0;
     for (int i = 0; i < N_WORKLOADS; i++)

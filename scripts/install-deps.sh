@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages dtrain needs, if any are missing. Idempotent:
 # when everything is present it changes nothing and needs no root.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-dev zlib1g-dev libjansson-dev
+pkgs=(build-essential cmake pkg-config libopenblas-dev libdnnl-dev zlib1g-dev libjansson-dev
       libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes iproute2 python3-numpy chromium)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -105,6 +105,23 @@ fi
 # corpus errors
 printf 'tiny' > "$tmp/tiny.txt"
 expect_rc 1 "tiny.txt" -- "$dt" train --model gpt --data "$tmp/tiny.txt" --steps 1
+# the fp32 GEMM's library (src/nn/sgemm.c): a name it does not know, refused
+# before anything runs; each known one trains (the same loss to 1e-4)
+DTRAIN_SGEMM=mkl expect_rc 2 "DTRAIN_SGEMM=mkl: expected auto, openblas or onednn" -- "$dt" train --hidden 8 --steps 1
+for lib in openblas onednn; do
+  if DTRAIN_SGEMM=$lib "$dt" train --hidden 16 --steps 3 --log-every 3 --quiet --out "$tmp/gemm_$lib" > "$tmp/gemm_$lib.log" 2>&1; then
+    ok "DTRAIN_SGEMM=$lib trains"
+  elif [ $lib = onednn ] && grep -q "has no oneDNN" "$tmp/gemm_$lib.log"; then
+    echo "skip DTRAIN_SGEMM=onednn: this build has no oneDNN"
+  else fail "DTRAIN_SGEMM=$lib:"; indent < "$tmp/gemm_$lib.log"; fi
+done
+if [ -f "$tmp/gemm_onednn/metrics.jsonl" ]; then
+  l1=$(grep -o '"loss":[0-9.e+-]*' "$tmp/gemm_openblas/metrics.jsonl" | tail -1 | cut -d: -f2)
+  l2=$(grep -o '"loss":[0-9.e+-]*' "$tmp/gemm_onednn/metrics.jsonl" | tail -1 | cut -d: -f2)
+  if awk -v a="$l1" -v b="$l2" 'BEGIN { d = a - b; exit !(a != "" && (d < 0 ? -d : d) <= 1e-4) }'; then
+    ok "openblas and onednn: loss $l1 and $l2"
+  else fail "openblas and onednn differ: loss $l1 and $l2"; fi
+fi
 # MPI that cannot start (no transport between the ranks): one line, not silence
 OMPI_MCA_btl=self expect_rc 1 "MPI could not start the 2 ranks" -- "$dt" train -n 2 --hidden 8 --steps 1 --quiet
 

@@ -13,6 +13,8 @@
 #ifndef DTRAIN_NN_H
 #define DTRAIN_NN_H
 
+#include "dtrain/core.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -309,6 +311,22 @@ void dt_mse_backward(float *dpred,        /* (N, D) or NULL */
                      const float *pred,   /* (N, D) */
                      const float *target, /* (N, D) */
                      float scale, int N, int D);
+
+/* ---- fp32 GEMM ---------------------------------------------------------------------------
+ * C (M, N) = alpha op(A) op(B) + beta C, row-major, op(A) (M, K) = A or, with
+ * transa, A^T (A stored (K, M)); op(B) (K, N) likewise; beta = 0: C is not
+ * read. The library's fp32 products all run here: oneDNN's sgemm on an AVX-512
+ * CPU (when built with libdnnl), OpenBLAS's elsewhere (sgemm.c says why), on
+ * as many threads as the BLAS has (--threads). */
+void dt_sgemm(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+              int ldb, float beta, float *C, int ldc);
+/* Chooses dt_sgemm's library for the process: "auto" (or NULL/empty: the
+ * default above), "openblas" or "onednn" (the value of DTRAIN_SGEMM for the
+ * CLI). DT_ERR_INVALID for another name, DT_ERR_UNSUPPORTED for onednn in a
+ * build without it; the choice is then unchanged. Call before training starts. */
+dt_status dt_sgemm_use(const char *name);
+/* "onednn" or "openblas": what dt_sgemm runs (the choice made on first use). */
+const char *dt_sgemm_library(void);
 
 /* ---- bf16 and fp16 operands ------------------------------------------------------------
  * dst[i] = src[i] rounded to bf16 precision (round to nearest even; overflow to

@@ -405,7 +405,10 @@ static dt_status blocks(walk *w, const json_t *list, dt_shape *sh) {
         dt_layer *l = &m->layers[k];
         m->blocks[bi].root = k;
         m->blocks[bi].out_dim = l->out_dim;
-        snprintf(m->blocks[bi].name, sizeof m->blocks[bi].name, "%s", json_is_string(nm) ? json_string_value(nm) : json_string_value(t));
+        /* The name as its tensors have it ("fc{len(hidden) + 1}" -> "fc3"); layer() checked the template. */
+        if (!json_is_string(nm) ||
+            dt_expr_template(json_string_value(nm), &w->vars, m->blocks[bi].name, sizeof m->blocks[bi].name))
+            snprintf(m->blocks[bi].name, sizeof m->blocks[bi].name, "%s", json_string_value(t));
     }
     if (m->n_blocks == 0) return dt_errorf(DT_ERR_INVALID, "%s: the description has no layers", w->what);
     return DT_OK;

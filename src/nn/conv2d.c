@@ -26,7 +26,7 @@
  * contiguous copy (stride 1) or a strided gather, with no per-element branches.
  *
  * --precision bf16 on a CPU with AVX512-BF16 runs this path for every
- * convolution with dt_gemm_bf16 in place of cblas_sgemm (dt_conv2d_*_bf16):
+ * convolution with dt_gemm_bf16 in place of dt_sgemm (dt_conv2d_*_bf16):
  * it rounds the operands while packing them, so no rounded copy is made. Its
  * chunks are DT_CONV_BF16_COLS = 512 columns: the bf16 GEMM gains more from
  * wide panels (bench_conv, W3 conv2: 26.5 ms a step at 64 columns, 24 at 512,
@@ -68,7 +68,6 @@
 #include "dtrain/nn.h"
 #include "gemm_pick.h"
 
-#include <cblas.h>
 #include <string.h>
 
 #ifndef DT_CONV_COLS
@@ -399,7 +398,7 @@ static void backward_part(void *p, int j) {
     }
 }
 
-/* fp32: one part, whose GEMMs (cblas_sgemm) run on the BLAS's threads. */
+/* fp32: one part, whose GEMMs (dt_sgemm) run on the BLAS's threads. */
 void dt_conv2d_im2col_forward(float *out, float *scratch, const float *inp, const float *w,
                        const float *b, const dt_conv2d_dims *d) {
     job J = job_of(d, chunk_samples(d, DT_CONV_COLS), false, scratch);

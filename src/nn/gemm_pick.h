@@ -7,7 +7,6 @@
 #include "dtrain/nn.h"
 #include "parts.h"
 
-#include <cblas.h>
 #include <stdbool.h>
 
 /* dt_gemm_bf16 on at most `threads` threads instead of dt_nn_threads(), for
@@ -16,7 +15,7 @@
 void dt_gemm_bf16_on(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc, float *scratch, int threads);
 
-/* Row-major C = alpha op(A) op(B) + beta C: cblas_sgemm (on the BLAS's
+/* Row-major C = alpha op(A) op(B) + beta C: dt_sgemm (on the BLAS's
  * threads), or dt_gemm_bf16_on up to `threads` (operands rounded to bf16 while
  * packed, sums in fp32) when pack, its packing scratch, is given. */
 static inline void dt_nn_gemm_on(float *pack, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
@@ -25,8 +24,7 @@ static inline void dt_nn_gemm_on(float *pack, bool ta, bool tb, int M, int N, in
         dt_gemm_bf16_on(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, pack, threads);
         return;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A,
-                lda, B, ldb, beta, C, ldc);
+    dt_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* dt_nn_gemm_on with as many threads as the BLAS has (parts.h). */

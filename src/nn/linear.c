@@ -1,13 +1,12 @@
 /* Linear layer, out = inp @ w^T + b, with w (OC, IC) as in torch.nn.Linear.
  *
- * Both directions are single cblas_sgemm calls, since a GEMM is the only way to
+ * Both directions are single dt_sgemm calls (sgemm.c), since a GEMM is the only way to
  * get near-peak throughput; the bias is folded into the forward GEMM by filling
  * the output with it first and accumulating with beta = 1. The _bf16 pair runs
  * the same GEMMs through dt_gemm_bf16 (gemm_bf16.c). */
 #include "core/cpu.h"
 #include "dtrain/nn.h"
 
-#include <cblas.h>
 #include <string.h>
 
 /* Every row of out = b, for a GEMM to accumulate onto: its beta (1, or 0 without b). */
@@ -29,8 +28,7 @@ DT_HOT void dt_linear_forward(float *out, const float *inp, const float *w, cons
         return;
     }
     const float beta = fill_bias(out, b, N, OC);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
-                beta, out, OC);
+    dt_sgemm(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, beta, out, OC);
 }
 
 DT_HOT void dt_linear_backward(float *dinp, float *dw, float *db, const float *dout,
@@ -39,11 +37,9 @@ DT_HOT void dt_linear_backward(float *dinp, float *dw, float *db, const float *d
     if (IC > 0) {
         /* dinp (N, IC) += dout (N, OC) @ w (OC, IC) */
         if (dinp)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC,
-                        w, IC, 1.0f, dinp, IC);
+            dt_sgemm(false, false, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
         /* dw (OC, IC) += dout^T (OC, N) @ inp (N, IC) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp,
-                    IC, 1.0f, dw, IC);
+        dt_sgemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     }
     if (db) {
         for (int i = 0; i < N; i++) {

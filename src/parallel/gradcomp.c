@@ -1,8 +1,8 @@
 /* Compressed gradient collectives with error feedback. See
  * include/dtrain/gradcomp.h for the semantics. */
 #include "dtrain/gradcomp.h"
+#include "dtrain/nn.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -460,8 +460,8 @@ static dt_status powersgd_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, 
             for (size_t j = 0; j < p->numel; j++) e[j] += M[j];
             M = e;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, r, (int)cols, 1.0f, M, (int)cols,
-                    gc->q + gc->q_off[i], r, 0.0f, buf + po, r);
+        dt_sgemm(false, false, (int)rows, r, (int)cols, 1.0f, M, (int)cols, gc->q + gc->q_off[i], r, 0.0f, buf + po,
+                 r);
         po += rows * (size_t)r;
     }
     gc->stats.raw_bytes += 4 * (hi - lo);
@@ -486,8 +486,8 @@ static dt_status powersgd_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, 
         }
         orthonormalize(buf + po, rows, r);
         const float *M = gc->ef ? gc->ef + p->offset : g + p->offset;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols, r, (int)rows, 1.0f, M, (int)cols,
-                    buf + po, r, 0.0f, gc->q + gc->q_off[i], r);
+        dt_sgemm(true, false, (int)cols, r, (int)rows, 1.0f, M, (int)cols, buf + po, r, 0.0f, gc->q + gc->q_off[i],
+                 r);
         po += rows * (size_t)r;
     }
     /* The Q's of this range are contiguous in q (parameters in arena order). */
@@ -509,8 +509,8 @@ static dt_status powersgd_allreduce(dt_gc *gc, dt_comm *c, float *g, size_t lo, 
         int r = range_matrix(gc, i, lo, hi, &rows, &cols);
         if (r < 0) continue;
         if (!r) continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, r, 1.0f, buf + po, r,
-                    gc->q + gc->q_off[i], r, 0.0f, g + p->offset, (int)cols);
+        dt_sgemm(false, true, (int)rows, (int)cols, r, 1.0f, buf + po, r, gc->q + gc->q_off[i], r, 0.0f,
+                 g + p->offset, (int)cols);
         if (gc->ef) {
             float *e = gc->ef + p->offset;
             const float *a = g + p->offset;

@@ -14,6 +14,7 @@
 #include "dtrain/ckpt.h"
 #include "dtrain/config.h"
 #include "dtrain/comm.h"
+#include "dtrain/nn.h"
 #include "dtrain/safetensors.h"
 #include "dtrain/train.h"
 #include "dtrain/weights.h"
@@ -626,6 +627,11 @@ int main(int argc, char **argv) {
         strcmp(argv[1], "help") == 0) {
         fputs(main_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
+    }
+    /* The fp32 GEMM's library (src/nn/sgemm.c): chosen by the CPU unless DTRAIN_SGEMM says. */
+    if (dt_sgemm_use(getenv("DTRAIN_SGEMM"))) {
+        fprintf(stderr, "dtrain: %s\n", dt_error_msg());
+        return EXIT_USAGE;
     }
     if (strcmp(argv[1], "train") == 0) return cmd_train(argc - 2, argv + 2, argc, argv);
     if (strcmp(argv[1], "bench") == 0 && argc > 2 && strcmp(argv[2], "allreduce") == 0) {
