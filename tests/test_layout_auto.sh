@@ -6,9 +6,9 @@
 # clear line and nothing started for every request it cannot take.
 source "$(dirname "$0")/lib.sh" "$@"
 # Two clusters that make a layout other than plain dp win. slow: links of 10
-# Mbit/s, where all-reducing the mlp's 7.5 MB of gradients (dp) or a layer's
-# activations (tp) costs far more than one stage boundary's activations per
-# micro-batch: 2 pipeline stages. hosts2: one rank on each of 2 hosts of 2
+# Mbit/s and batch 16, where all-reducing the mlp's 7.5 MB of gradients (dp,
+# even top-k's 1%) or a layer's activations (tp) costs far more than one stage
+# boundary's activations, 64 KB each way a step: 2 pipeline stages. hosts2: one rank on each of 2 hosts of 2
 # cores joined at 100 Mbit/s, batch 512 (8x the compute to hide behind): dp
 # with top-k, its coding on the spare core.
 cat > "$tmp/slow.json" <<'J'
@@ -53,7 +53,7 @@ auto_vs_hand() {
   cmp "$tmp/$name/model.safetensors" "$tmp/$name-hand/model.safetensors" &&
     ok "$name: model.safetensors bitwise that of the same flags by hand" || fail "$name: --layout auto and$flags differ"
 }
-auto_vs_hand pipe "$tmp/slow.json" "--pp 2" 64 -n 2
+auto_vs_hand pipe "$tmp/slow.json" "--pp 2" 16 -n 2
 grep -q '^layout auto: dp 1 x tp 1 x pp 2 (blocks [0-9,]*), [0-9]* micro-batch' "$tmp/pipe.log" &&
   ok "pipe: the line names the stages and micro-batches" || fail "pipe: the line lacks the pipeline"
 if [ -f "$tmp/pipe/model.safetensors" ] && run again -n 2 --config "$tmp/pipe/config.json"; then

@@ -149,8 +149,11 @@ static void pipelines(void) {
               mr[0].acts == 4 * (slot[0] + 2 * shared[0]) && mr[1].acts == 4 * (slot[1] + shared[1]));
     double din = ceil((double)m->blocks[cut].in_dim * 2 / 16) * 16;
     double dout = ceil((double)m->blocks[cut - 1].out_dim * 2 / 16) * 16;
-    test_cond("buffers: the output gradient on stage 0", mg[0].buffers == 4 * dout && mf[0].buffers == 4 * dout);
-    test_cond("buffers: an input gradient a slot on stage 1", mg[1].buffers == 16 * din && mf[1].buffers == 4 * din);
+    /* receives posted one ahead: two buffers for each direction a stage receives in */
+    test_cond("buffers: two output-gradient receives on stage 0", mg[0].buffers == 4 * 2 * dout &&
+                                                                     mf[0].buffers == 4 * 2 * dout);
+    test_cond("buffers: an input gradient a slot and two activation receives on stage 1",
+              mg[1].buffers == 4 * (4 + 2) * din && mf[1].buffers == 4 * (1 + 2) * din);
     test_cond("pp: every stage holds the whole arena and the unsharded copy",
               mf[1].params == 4.0 * (double)m->n && mf[1].grads == 4.0 * (double)m->n && mf[1].copy == 8.0 * (double)m->n);
     test_cond("pp: the optimizer state of the stage only", mf[1].optim == 8 * sc[1].params);
@@ -224,18 +227,18 @@ static void interleaved(void) {
     test_cond("interleaved, recompute: a whole set a chunk and the rings' boundaries",
               mr[0].acts == 4 * (slot[0] + 4 * shared[0] + slot[2] + 2 * shared[2]) &&
                   mr[1].acts == 4 * (slot[1] + 3 * shared[1] + slot[3] + 1 * shared[3]));
-    /* input gradients a slot but for chunk 0; one output gradient, the larger
-     * of the stage's chunks but the model's last */
-    test_cond("interleaved: the gradient buffers",
-              ml[0].buffers == 4 * (2 * din[2] + fmax(dout[0], dout[2])) &&
-                  ml[1].buffers == 4 * (3 * din[1] + 1 * din[3] + dout[1]));
+    /* input gradients a slot but for chunk 0, and two receives a direction a
+     * chunk: activations in but for chunk 0, gradients in but for chunk 3 */
+    test_cond("interleaved: the gradient and receive buffers",
+              ml[0].buffers == 4 * ((2 + 2) * din[2] + 2 * dout[0] + 2 * dout[2]) &&
+                  ml[1].buffers == 4 * ((3 + 2) * din[1] + (1 + 2) * din[3] + 2 * dout[1]));
     double p0 = (double)(m->blocks[0].param_hi - m->blocks[0].param_lo) +
                 (double)(m->blocks[4].param_hi - m->blocks[3].param_lo); /* chunks 0 and 2 */
     test_cond("interleaved: the optimizer state of both chunks", ml[0].optim == 8 * sc[0].params && sc[0].params == p0);
     /* one case whole, by hand: stage 1's own bytes (params, grads, optimizer,
      * activations, buffers, the unsharded copy) */
     double A = (double)m->n, want1 = 4 * A + 4 * A + 8 * sc[1].params + 4 * (3 * slot[1] + 1 * slot[3]) +
-                                     4 * (3 * din[1] + 1 * din[3] + dout[1]) + 8 * A;
+                                     4 * ((3 + 2) * din[1] + (1 + 2) * din[3] + 2 * dout[1]) + 8 * A;
     printf("interleaved stage 1: own %.0f bytes (hand %.0f)\n", own(&ml[1]), want1);
     test_cond("interleaved: stage 1's memory by hand", own(&ml[1]) == want1 && ml[1].total == want1);
     /* dt_plan_predict: its own cut into 4 chunks, the larger stage's memory */

@@ -6,7 +6,16 @@
  * i % pool: forwards and backwards of a chunk go in micro-batch order, so a
  * ring as deep as the most micro-batches the schedule keeps alive in that
  * chunk (found by running the order, for every micro-batch count up to M)
- * never overwrites a live one. */
+ * never overwrites a live one.
+ *
+ * Receives are posted one micro-batch ahead, into a chunk's own pair of
+ * buffers per direction: when micro-batch i's activations (or gradients)
+ * arrive, i + 1's receive is posted before i is computed. MPI moves a large
+ * message (over its eager limit: 64 KiB on TCP) only once the receiver has
+ * posted the receive, so a receive posted when it is needed leaves the link
+ * idle until then: W1's interleaved schedule at 100 Mbit/s ran 1.5x the time of
+ * its link's bytes. Activations are copied from the buffer into the slot (the
+ * backward needs them there); gradients are read where they landed. */
 #include "dtrain/pipeline.h"
 
 #include <string.h>
@@ -30,6 +39,11 @@ typedef struct chunk {
     float **din;             /* per slot: gradient of the chunk input (c > 0) */
     dt_req *act_req, *din_req;
     bool *act_busy, *din_busy;
+    /* Posted receives, micro-batch i in [i % 2]: [0] activations in (c > 0),
+     * [1] gradients in (c < C - 1). */
+    float *rbuf[2][2];
+    dt_req rreq[2][2];
+    bool rposted[2][2];
 } chunk;
 
 struct dt_pipe {
@@ -40,7 +54,7 @@ struct dt_pipe {
     dt_partition part;
     chunk ch[DT_PIPE_MAX_VIRTUAL];
     int maxB;
-    float *dout;             /* gradient of a chunk output (received) */
+    int B, Mu;               /* this step's rows and micro-batches */
     int n_tied;
     tied ties[16];
     dt_pipe_stats st;
@@ -98,10 +112,22 @@ static dt_status chunk_create(dt_pipe *p, chunk *h) {
         if (h->c > 0) p->st.buf_floats += dt_alloc_floats_held(in);
     }
     if (h->shared) p->st.act_floats += h->shared->n_floats;
+    size_t rn[2] = {h->c > 0 ? in : 0, h->c < p->C - 1 ? (size_t)p->maxB * m->blocks[h->last].out_dim : 0};
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 2 && rn[d]; k++) {
+            if (!(h->rbuf[d][k] = dt_alloc_floats(rn[d])))
+                return dt_errorf(DT_ERR_NOMEM, "cannot allocate pipeline buffers for micro-batch %d", p->maxB);
+            p->st.buf_floats += dt_alloc_floats_held(rn[d]);
+        }
     return DT_OK;
 }
 
-static void chunk_destroy(chunk *h) {
+static void chunk_destroy(dt_pipe *p, chunk *h) {
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 2; k++) {
+            if (h->rposted[d][k]) dt_cancel(p->pp, &h->rreq[d][k], 1); /* a step that failed part-way */
+            dt_free(h->rbuf[d][k]);
+        }
     for (int i = 0; h->acts && i < h->pool; i++) {
         dt_acts_destroy(h->acts[i]);
         if (h->din) dt_free(h->din[i]);
@@ -134,21 +160,16 @@ dt_status dt_pipe_create(dt_pipe **out, dt_model *m, dt_comm *pp, const dt_parti
     p->stage = dt_comm_rank(pp);
     p->part = *part;
     p->maxB = maxB;
-    size_t dout = 0;
     for (int j = 0; j < V; j++) {
         chunk *h = &p->ch[j];
         h->c = p->stage + j * P;
         h->first = part->first[h->c];
         h->last = part->first[h->c + 1] - 1;
-        if (h->c < p->C - 1 && m->blocks[h->last].out_dim > dout) dout = m->blocks[h->last].out_dim;
     }
     ring_depths(p);
     find_tied(p);
     dt_status st = DT_OK;
     for (int j = 0; j < V && !st; j++) st = chunk_create(p, &p->ch[j]);
-    if (!st && dout && !(p->dout = dt_alloc_floats((size_t)maxB * dout)))
-        st = dt_errorf(DT_ERR_NOMEM, "cannot allocate pipeline buffers for micro-batch %d", maxB);
-    if (!st && dout) p->st.buf_floats += dt_alloc_floats_held((size_t)maxB * dout);
     if (st) {
         dt_pipe_destroy(p);
         return st;
@@ -159,8 +180,7 @@ dt_status dt_pipe_create(dt_pipe **out, dt_model *m, dt_comm *pp, const dt_parti
 
 void dt_pipe_destroy(dt_pipe *p) {
     if (!p) return;
-    for (int j = 0; j < p->V; j++) chunk_destroy(&p->ch[j]);
-    dt_free(p->dout);
+    for (int j = 0; j < p->V; j++) chunk_destroy(p, &p->ch[j]);
     dt_free(p);
 }
 
@@ -205,6 +225,38 @@ static dt_status recv_floats(dt_pipe *p, float *buf, size_t n, int from, int tag
     return st;
 }
 
+/* Rows of this step's micro-batch i (as micro() cuts them). */
+static int mb_rows(const dt_pipe *p, int i) {
+    return (int)((int64_t)p->B * (i + 1) / p->Mu - (int64_t)p->B * i / p->Mu);
+}
+
+/* Posts chunk h's receive of micro-batch i in direction d (0: activations from
+ * chunk c - 1, 1: gradients from chunk c + 1), if the step has an i. */
+static dt_status post_recv(dt_pipe *p, chunk *h, int d, int i) {
+    if (i >= p->Mu || !h->rbuf[d][0]) return DT_OK;
+    const dt_model *m = p->m;
+    size_t n = (size_t)mb_rows(p, i) * (size_t)(d ? m->blocks[h->last].out_dim : m->blocks[h->first].in_dim);
+    int k = i % 2, from = d ? h->c + 1 : h->c - 1, edge = d ? h->c : h->c - 1;
+    dt_status st = dt_irecv(p->pp, h->rbuf[d][k], n * sizeof(float), rank_of(p, from), tag_of(p, edge, i, d),
+                            &h->rreq[d][k]);
+    h->rposted[d][k] = !st;
+    return st;
+}
+
+/* Waits for micro-batch i's receive in direction d (the wait counts as idle),
+ * posts i + 1's into the other buffer (i - 1's, consumed), and gives the data. */
+static dt_status take_recv(dt_pipe *p, chunk *h, int d, int i, const char *what, float **data) {
+    int k = i % 2;
+    if (!h->rposted[d][k]) return dt_errorf(DT_ERR_INVALID, "%s: micro-batch %d's receive was not posted", what, i);
+    double t0 = dt_now();
+    dt_status st = dt_waitall(p->pp, &h->rreq[d][k], 1, what);
+    h->rposted[d][k] = false;
+    p->st.idle_s += dt_now() - t0;
+    if (!st) st = post_recv(p, h, d, i + 1);
+    *data = h->rbuf[d][k];
+    return st;
+}
+
 static dt_status fwd(dt_pipe *p, int j, const dt_batch *mb, int i, double *loss) {
     chunk *h = &p->ch[j];
     int slot = i % h->pool;
@@ -212,9 +264,11 @@ static dt_status fwd(dt_pipe *p, int j, const dt_batch *mb, int i, double *loss)
     dt_status st = wait1(p, &h->act_req[slot], &h->act_busy[slot], "pipeline send (activations)");
     if (st) return st;
     const dt_model *m = p->m;
-    if (h->c > 0 && (st = recv_floats(p, a->bound[0], (size_t)mb->B * m->blocks[h->first].in_dim, rank_of(p, h->c - 1),
-                                      tag_of(p, h->c - 1, i, 0), "pipeline receive (activations)")))
-        return st;
+    if (h->c > 0) {
+        float *in;
+        if ((st = take_recv(p, h, 0, i, "pipeline receive (activations)", &in))) return st;
+        memcpy(a->bound[0], in, (size_t)mb->B * m->blocks[h->first].in_dim * sizeof(float));
+    }
     double t0 = dt_now();
     float l = dt_model_forward(m, a, mb, NULL);
     sleep_us(p->cfg.stage_cost_us / p->V);
@@ -252,13 +306,8 @@ static dt_status bwd(dt_pipe *p, dt_dp *dp, int j, const dt_batch *mb, int i, bo
     dt_status st = wait1(p, &h->act_req[slot], &h->act_busy[slot], "pipeline send (activations)");
     if (!st) st = wait1(p, &h->din_req[slot], &h->din_busy[slot], "pipeline send (gradients)");
     if (st) return st;
-    const float *dout = NULL;
-    if (h->c < p->C - 1) {
-        st = recv_floats(p, p->dout, (size_t)mb->B * m->blocks[h->last].out_dim, rank_of(p, h->c + 1),
-                         tag_of(p, h->c, i, 1), "pipeline receive (gradients)");
-        if (st) return st;
-        dout = p->dout;
-    }
+    float *dout = NULL;
+    if (h->c < p->C - 1 && (st = take_recv(p, h, 1, i, "pipeline receive (gradients)", &dout))) return st;
     float *din = NULL;
     size_t nin = (size_t)mb->B * m->blocks[h->first].in_dim;
     if (h->c > 0) {
@@ -339,7 +388,11 @@ dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_
     *loss = 0;
     /* A shard smaller than M runs fewer micro-batches, alike on every stage. */
     int Mu = dt_pipe_sched_micro(p->cfg.schedule, p->P, p->V, M, batch->B);
+    p->B = batch->B;
+    p->Mu = Mu;
     dt_dp_begin_backward(dp, true);
+    for (int j = 0; j < p->V && !st; j++)
+        for (int d = 0; d < 2 && !st; d++) st = post_recv(p, &p->ch[j], d, 0);
     for (int k = 0; k < 2 * Mu * p->V && !st; k++) {
         dt_pipe_op op;
         dt_pipe_sched_op(p->cfg.schedule, p->P, p->V, p->stage, Mu, k, &op);
@@ -352,6 +405,13 @@ dt_status dt_pipe_step(dt_pipe *p, dt_dp *dp, const dt_batch *batch, int in_dim_
             st = wait1(p, &h->act_req[i], &h->act_busy[i], "pipeline send (activations)");
             if (!st) st = wait1(p, &h->din_req[i], &h->din_busy[i], "pipeline send (gradients)");
         }
+    for (int j = 0; j < p->V && st; j++) /* a failed step leaves no receive posted */
+        for (int d = 0; d < 2; d++)
+            for (int k = 0; k < 2; k++)
+                if (p->ch[j].rposted[d][k]) {
+                    dt_cancel(p->pp, &p->ch[j].rreq[d][k], 1);
+                    p->ch[j].rposted[d][k] = false;
+                }
     p->st.step_s += dt_now() - t0;
     if (!st) st = reduce_tied(p);
     if (!st) st = dt_dp_end_backward(dp);

@@ -139,8 +139,10 @@ static double staging(const dt_plan_in *in, const dt_plan_layout *l, const stage
 /* Activations and pipeline buffers of stage s at micro-batch b, in floats:
  * each of its chunks keeps the activation sets the schedule keeps alive in it
  * (dt_pipe_sched_depths, the runtime's ring depth) and an input-gradient
- * buffer per set (but the first chunk of the model); one output-gradient
- * buffer, the largest chunk output but the model's last, serves them all. */
+ * buffer per set (but the first chunk of the model), and two buffers for each
+ * direction it receives in (pipeline.c's receives posted one ahead): its
+ * input's activations (but the model's first chunk), its output's gradients
+ * (but the last). */
 static void stage_acts(const dt_plan_layout *l, const stage_cost *sc, int s, int b, double *acts, double *bufs) {
     const dt_model *m = sc->model;
     int P = l->pp, M = l->micro, V = sc->nr, C = P * V, depth[DT_PIPE_MAX_VIRTUAL];
@@ -151,15 +153,13 @@ static void stage_acts(const dt_plan_layout *l, const stage_cost *sc, int s, int
         return;
     }
     dt_pipe_sched_depths(plan_pipe_kind(l->sched), P, V, s, M, depth);
-    double dout = 0;
     for (int j = 0; j < V; j++) {
         int first = sc->first[j], last = sc->last[j], c = s + j * P;
         double whole = plan_acts_floats(m, first, last, b, false);
         *acts += l->recompute ? whole + depth[j] * plan_acts_floats(m, first, last, b, true) : depth[j] * whole;
-        if (c > 0) *bufs += depth[j] * r16((double)m->blocks[first].in_dim * b);
-        if (c < C - 1 && (double)m->blocks[last].out_dim > dout) dout = (double)m->blocks[last].out_dim;
+        if (c > 0) *bufs += (depth[j] + 2) * r16((double)m->blocks[first].in_dim * b);
+        if (c < C - 1) *bufs += 2 * r16((double)m->blocks[last].out_dim * b);
     }
-    if (dout > 0) *bufs += r16(dout * b);
 }
 
 /* Compression's buffers in bytes (gradcomp.c): the residual, two float
