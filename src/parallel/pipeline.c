@@ -12,10 +12,11 @@
  * buffers per direction: when micro-batch i's activations (or gradients)
  * arrive, i + 1's receive is posted before i is computed. MPI moves a large
  * message (over its eager limit: 64 KiB on TCP) only once the receiver has
- * posted the receive, so a receive posted when it is needed leaves the link
- * idle until then: W1's interleaved schedule at 100 Mbit/s ran 1.5x the time of
- * its link's bytes. Activations are copied from the buffer into the slot (the
- * backward needs them there); gradients are read where they landed. */
+ * posted the receive; posted ahead, the transfer can start when the sender
+ * sends. (Measured on W1 at 100 Mbit/s: no change; there the link's queue
+ * sets the step, which the planner now simulates.) Activations are copied
+ * from the buffer into the slot (the backward needs them there); gradients
+ * are read where they landed. */
 #include "dtrain/pipeline.h"
 
 #include <string.h>
