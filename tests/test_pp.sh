@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline parallelism: equivalence to one process (losses within relative 1e-4
 # for 20 steps, mlp and gpt, GPipe and 1F1B, pp 2 and 4, dp x pp, ZeRO-1,
-# recompute); bubble fraction against (P-1)/(M+P-1) with stages of known fixed
-# cost; activation memory of 1F1B vs GPipe; checkpoints across layouts; the auto
+# recompute); activation memory of 1F1B vs GPipe; checkpoints across layouts; the auto
 # partition against the best split.
 source "$(dirname "$0")/lib.sh" "$@"
 pfield() { grep '"pipeline"' "$1/metrics.jsonl" | sed "s/.*\"$2\":\[\([^]]*\)\].*/\1/"; }
@@ -20,26 +19,7 @@ for model in mlp gpt; do
   done
 done
 
-# bubble: stages of fixed cost (80 ms forward, 160 ms backward per micro-batch), long
-# enough that communication latency on a busy machine stays a small share. A
-# machine busy with other tests (the sanitizer pass runs two at once) can stretch
-# one run's waits: a run outside 10% of the formula is measured once more and the
-# closer of the two is judged (both are printed).
-bubble() { # SCHEDULE M TRY: prints "mean idle ... (x%)", exit 0 within 10%
-  run bub_$1_$2_$3 -n 4 --pp 4 --schedule $1 --micro-batches $2 --pp-stage-cost-us 80000 \
-      --model mlp --hidden 32,32,32 --batch 32 --steps 2 --quiet || return 2
-  awk -v l="$(pfield "$tmp/bub_$1_$2_$3" idle_frac)" -v M=$2 'BEGIN { f = 3 / (M + 3); n = split(l, a, ","); s = 0;
-       for (i = 1; i <= n; i++) s += a[i]; m = s / n;
-       printf "mean idle %.4f vs formula %.4f (%.1f%%)", m, f, 100 * (m - f) / f; exit !(m >= 0.9 * f && m <= 1.1 * f) }'
-}
-for sch in gpipe 1f1b; do
-  for M in 4 8; do
-    if [ $sanitized = 1 ]; then skip "$sch P=4 M=$M bubble"; continue; fi
-    if msg=$(bubble $sch $M 1); then ok "$sch P=4 M=$M bubble: $msg"
-    elif msg2=$(bubble $sch $M 2); then ok "$sch P=4 M=$M bubble: $msg2 (a first run, on a busy machine: $msg)"
-    else fail "$sch P=4 M=$M bubble: $msg; measured again: $msg2"; fi
-  done
-done
+# (the bubble against (P-1)/(M+P-1): test_bubble.sh, run alone)
 
 # activation memory at a fixed micro-batch of 4 rows: 1F1B keeps at most P-s micro-batches alive, GPipe all M
 for M in 2 8; do
