@@ -7,6 +7,8 @@
  *   every transposition, sizes off every tile (1, 7, 63, 65, 130), odd K,
  *   leading dimensions past the row, alpha and beta, beta = 0 over a NaN-filled
  *   C (not read), K = 0 (C = beta C), and the training shapes of W1 and W2;
+ *   (an NT product wider than tall, which oneDNN runs as its transpose,
+ *   among them);
  * - oneDNN on 2 and 3 threads (the column blocks of sgemm.c) bit for bit the
  *   same as on one, so --threads does not change a run's numbers (OpenBLAS's
  *   own threads do: measured, printed, not required);
@@ -109,6 +111,8 @@ static void check_library(const char *lib) {
         {2048, 768, 256, false, true, 0, 1.0f, 0.0f},   {256, 768, 2048, true, false, 0, 1.0f, 1.0f},
         {2048, 256, 1024, false, false, 0, 1.0f, 1.0f}, {128, 128, 64, false, true, 0, 0.125f, 0.0f},
         {300, 200, 100, true, true, 3, 1.0f, 1.0f},
+        /* NT with M < N: oneDNN runs the transpose (sgemm.c), in blocks of 64 rows */
+        {128, 1024, 1024, false, true, 0, 1.0f, 0.0f}, {130, 1000, 1024, false, true, 2, 0.5f, 0.75f},
     };
     int nt = (int)(sizeof train / sizeof train[0]), bits = 0, close = 0;
     for (int i = 0; i < nt; i++) {

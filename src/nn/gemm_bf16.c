@@ -28,6 +28,7 @@
 #include "dtrain/nn.h"
 #include "gemm_pick.h"
 #include "parts.h"
+#include "transpose16.h"
 
 #include <string.h>
 
@@ -71,30 +72,6 @@ BF16_TARGET static inline __m512 load_n(const float *p, int n) {
     return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
 }
 
-/* 16x16 transpose of r[0..15] in place (rows become columns). */
-BF16_TARGET static void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) /* per 128-bit lane: r[i + c] = column c of rows i..i+3 */
-        for (int j = 0; j < 2; j++) {
-            __m512d a = _mm512_castps_pd(t[i + j]), b = _mm512_castps_pd(t[i + j + 2]);
-            r[i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            r[i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-    for (int i = 0; i < 16; i += 8)
-        for (int j = 0; j < 4; j++) {
-            t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
-            t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xdd);
-        }
-    for (int j = 0; j < 8; j++) {
-        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
-    }
-}
-
 /* Packs a (rows x K) block of op(X) whose element (i, k) is X[i * rs + k * ks]
  * into words dst[k/2 * W + i] (W = the panel's width, rows <= W, rows past
  * `rows` zero). ks == 1: the pairs lie along X's rows (read through transposes);
@@ -123,7 +100,7 @@ BF16_TARGET static void pack_panel(uint32_t *dst, int W, const float *X, size_t 
             __m512 r[16];
             for (int a = 0; a < 16; a++)
                 r[a] = a < ni ? load_n(X + (size_t)(i + a) * rs + k, nk) : _mm512_setzero_ps();
-            transpose16(r); /* r[c] = k + c across the 16 rows */
+            dt_transpose16(r); /* r[c] = k + c across the 16 rows */
             for (int c = 0; c < nk; c += 2)
                 _mm512_mask_storeu_epi32(dst + (size_t)(k + c) / 2 * W + i, (__mmask16)((1u << ni) - 1),
                                          pair_words(r[c], r[c + 1]));
