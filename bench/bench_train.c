@@ -234,9 +234,8 @@ static void optim_step(run_state *s) {
     dt_optim_begin_step(s->opt);
     for (int i = 0; i < m->n_params; i++) {
         const dt_param *p = &m->params[i];
-        dt_optim_update(s->opt, m->w + p->offset, m->g + p->offset, p->offset, p->numel, s->lr,
-                        p->decay ? wd : 0.0f);
-        memset(m->g + p->offset, 0, p->numel * sizeof(float));
+        dt_optim_update_zero(s->opt, m->w + p->offset, m->g + p->offset, p->offset, p->numel, s->lr,
+                             p->decay ? wd : 0.0f);
     }
 }
 

@@ -50,6 +50,12 @@ void dt_optim_begin_step(dt_optim *o);
  * decayed, e.g. biases and LayerNorm; or cfg.weight_decay). */
 void dt_optim_update(dt_optim *o, float *w, const float *g, size_t state_off, size_t n,
                      float lr, float wd);
+/* dt_optim_update, and g[0..n) zeroed for the next backward to add into: the
+ * same results, in chunks of DT_OPTIM_ZERO_CHUNK floats, each zeroed while its
+ * gradient is still in the core's cache (one pass over memory less than an
+ * update and a memset of the whole range). */
+#define DT_OPTIM_ZERO_CHUNK 4096
+void dt_optim_update_zero(dt_optim *o, float *w, float *g, size_t state_off, size_t n, float lr, float wd);
 
 /* ---- worker momentum ---------------------------------------------------------
  * One worker's share of SGD with momentum, for robust aggregation (Karimireddy,

@@ -2,6 +2,8 @@
  * the kernels in sgd.c and adamw.c. */
 #include "optim_internal.h"
 
+#include <string.h>
+
 #include <math.h>
 
 void dt_optim_cfg_default(dt_optim_cfg *c, dt_optim_kind kind) {
@@ -82,5 +84,13 @@ void dt_optim_update(dt_optim *o, float *w, const float *g, size_t state_off, si
         break;
     default:
         DT_ASSERT(!"unknown optimizer kind");
+    }
+}
+
+void dt_optim_update_zero(dt_optim *o, float *w, float *g, size_t state_off, size_t n, float lr, float wd) {
+    for (size_t i = 0; i < n; i += DT_OPTIM_ZERO_CHUNK) {
+        size_t k = n - i < DT_OPTIM_ZERO_CHUNK ? n - i : DT_OPTIM_ZERO_CHUNK;
+        dt_optim_update(o, w + i, g + i, state_off + i, k, lr, wd);
+        memset(g + i, 0, k * sizeof(float));
     }
 }
