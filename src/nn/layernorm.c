@@ -6,9 +6,10 @@
  * A row's sums run in 16 lanes (vexp.h's vectors; two accumulators, added
  * lane by lane, then the lanes in order, then the tail past a multiple of 16),
  * as PyTorch's own vectorised kernel sums in lanes: a scalar sum waits on
- * each add's latency: W2's 2048 x 256 forward took 0.94 ms, in lanes 0.37
- * (backward 0.59 -> 0.26; Zen 4, one thread). The helpers are always inlined,
- * so they are compiled inside each DT_HOT clone (core/cpu.h).
+ * each add's latency: W2's 2048 x 256 forward took 0.94 ms, in lanes 0.15
+ * (backward 0.59 -> 0.23; Zen 4, one thread). The helpers are always inlined,
+ * so they are compiled inside each DT_HOT clone (core/cpu.h): as separate
+ * functions they were baseline x86-64 code and the forward took 0.37 ms.
  * Cost: forward 3 passes over a row, backward 2; O(NC) flops. */
 #include "core/cpu.h"
 #include "dtrain/nn.h"

@@ -164,7 +164,8 @@ DT_T16_TARGET static void transpose_tile16(float *C, int ldc, const float *T, in
     const __m512 vb = _mm512_set1_ps(beta);
     for (int a = 0; a < 16; a++) {
         float *c = C + (size_t)(i0 + a) * ldc + j0;
-        _mm512_storeu_ps(c, beta == 0.0f ? r[a] : _mm512_fmadd_ps(_mm512_loadu_ps(c), vb, r[a]));
+        /* beta C rounded, then added: the scalar edge's arithmetic, so every tile agrees */
+        _mm512_storeu_ps(c, beta == 0.0f ? r[a] : _mm512_add_ps(r[a], _mm512_mul_ps(vb, _mm512_loadu_ps(c))));
     }
 }
 static bool have_avx512f(void) {

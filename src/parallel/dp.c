@@ -436,7 +436,8 @@ static void update_range(dt_dp *dp, size_t lo, size_t len, size_t state_off, con
         if (a >= e) continue;
         size_t so = state_off + (a - lo);
         const float *g = g_is_arena ? gbase + a : gbase + so;
-        float *w = shard ? shard + so : m->w + a, wd = p->decay ? dp->opt->cfg.weight_decay : 0.0f;
+        float *w = shard ? shard + so : m->w + a;
+        float wd = p->decay ? dp->opt->cfg.weight_decay : 0.0f;
         /* ZeRO-0: the gradient zeroed while it is still in cache; the next backward adds. */
         if (g_is_arena && dp->cfg.zero == 0) dt_optim_update_zero(dp->opt, w, m->g + a, so, e - a, lr, wd);
         else dt_optim_update(dp->opt, w, g, so, e - a, lr, wd);
