@@ -116,8 +116,13 @@ static dt_status check(const dt_plan_in *in, const dt_plan_layout *l, int world)
 
 /* One micro-batch of `flops` (a chunk's, per sample) through the rank of
  * stage s: the fixed part (the cluster's micro_overhead_s, by the chunk's
- * share of the FLOPs) and the per-sample part at the rank's rate (profiled
- * with all the host's ranks computing). */
+ * share of the whole unsharded model's FLOPs, `total`) and the per-sample
+ * part at the rank's rate (profiled with all the host's ranks computing).
+ * The fixed part is what a micro-batch costs whatever its rows: mostly the
+ * GEMMs streaming their weights, which a tensor-parallel rank holds 1/tp of.
+ * Taken as the chunk's share of the model's (W1 1 x 2 x 2 on the emulated
+ * hosts, M 4: predicted +82% while each tp rank paid the whole fixed part of
+ * its stage). */
 static double chunk_time(const dt_plan_cluster *c, const dt_plan_layout *l, double flops, int s, double total,
                          double mb) {
     double fixed = total > 0 ? c->micro_overhead_s * flops / total : 0;
@@ -140,12 +145,11 @@ static double transfer(const dt_plan_cluster *c, const dt_plan_layout *l, int a,
 /* Per chunk c of the partition (C = P V, chunk c on stage c % P): a
  * micro-batch's forward and backward, its tensor-parallel all-reduces, and
  * the transfer of its input from chunk c - 1. */
-static void chunk_times(const dt_plan_in *in, const dt_plan_layout *l, const dt_model *m, const dt_partition *part,
-                        double mb, double *fwd, double *bwd, double *tps, double *p2p) {
+static void chunk_times(const dt_plan_in *in, const dt_plan_layout *l, const dt_model *m, double total,
+                        const dt_partition *part, double mb, double *fwd, double *bwd, double *tps, double *p2p) {
     const dt_plan_cluster *c = in->cluster;
     int P = l->pp, C = dt_partition_chunks(part);
-    double total = 0, in_bytes[256];
-    for (int b = 0; b < m->n_blocks; b++) total += (double)m->blocks[b].flops;
+    double in_bytes[256];
     for (int k = 0; k < C; k++) {
         double flops = 0, tp_bytes = 0;
         for (int b = part->first[k]; b < part->first[k + 1]; b++) {
@@ -216,13 +220,13 @@ static double link_bound(const dt_plan_cluster *c, const dt_plan_layout *l, int 
 }
 
 /* The schedule and the busiest stage's parts. */
-static void timeline(const dt_plan_in *in, const dt_plan_layout *l, const dt_partition *part, const stage_cost *sc,
-                     dt_plan_pred *p) {
+static void timeline(const dt_plan_in *in, const dt_plan_layout *l, double total, const dt_partition *part,
+                     const stage_cost *sc, dt_plan_pred *p) {
     const dt_plan_cluster *c = in->cluster;
     int P = l->pp, M = l->micro, V = dt_partition_virt(part);
     double Bl = ceil((double)in->batch / l->dp), mb = ceil(Bl / M);
     double fwd[256], bwd[256], tps[256], p2p[256], sf[256] = {0}, sb[256] = {0}, st[256] = {0};
-    chunk_times(in, l, sc[0].model, part, mb, fwd, bwd, tps, p2p);
+    chunk_times(in, l, sc[0].model, total, part, mb, fwd, bwd, tps, p2p);
     for (int k = 0; k < P * V; k++) sf[k % P] += fwd[k], sb[k % P] += bwd[k], st[k % P] += tps[k];
     double busy;
     double span = dt_plan_pipeline(l->sched, P, V, M, fwd, bwd, p2p, &busy);
@@ -298,6 +302,24 @@ static void partition_speeds(const double *cost, int n, int P, const double *v, 
     }
 }
 
+/* The FLOPs of the whole model, unsharded: m's own when it is (tp 1), else
+ * the model probed again at tp 1 (m's total times tp if that fails). */
+static double full_flops(const dt_plan_in *in, const dt_model *m) {
+    double t = 0;
+    for (int b = 0; b < m->n_blocks; b++) t += (double)m->blocks[b].flops;
+    if (m->cfg.tp_size <= 1) return t;
+    dt_model_cfg mc = *in->model;
+    mc.tp_size = 1;
+    mc.tp_rank = 0;
+    mc.seq_parallel = false;
+    dt_model *whole = NULL;
+    if (dt_model_probe(&mc, &whole)) return t * m->cfg.tp_size;
+    double w = 0;
+    for (int b = 0; b < whole->n_blocks; b++) w += (double)whole->blocks[b].flops;
+    dt_model_destroy(whole);
+    return w > 0 ? w : t * m->cfg.tp_size;
+}
+
 dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan_pred *out) {
     const dt_plan_cluster *c = in->cluster;
     memset(out, 0, sizeof *out);
@@ -328,7 +350,7 @@ dt_status dt_plan_predict(const dt_plan_in *in, const dt_plan_layout *l, dt_plan
         stage_cost sc[256];
         stage_costs(m, &part, sc);
         partition_text(&part, out->partition, sizeof out->partition);
-        timeline(in, l, &part, sc, out);
+        timeline(in, l, full_flops(in, m), &part, sc, out);
         st = plan_layout_memory(in, l, sc, out);
     }
     dt_model_destroy(m);
