@@ -1,5 +1,6 @@
 /* The planner's step-time model (dt_plan_predict, dt_plan_layouts) on cases
  * worked by hand: one rank's step is the profile's line plus the optimizer;
+ * a tensor-parallel rank pays its shard's share of a micro-batch's fixed part;
  * an exposed reduction with and without a core to spare; stages cut by host
  * speed and a batch split by speed on unequal hosts; the codecs' bytes on the
  * wire; every refusal in one line; and the enumeration's variants. */
@@ -34,6 +35,26 @@ static void one_rank(void) {
     printf("one rank: %.4f ms (t0 + B flops/rate + P optim = %.4f ms)\n", p.step_s * 1e3, want * 1e3);
     test_cond("one rank: t0 + B x flops / rate + optimizer", near(p.step_s, want));
     test_cond("one rank: nothing exposed", p.dp_s == 0 && p.bubble_s == 0 && p.tp_s == 0 && p.zero_s == 0);
+}
+
+/* A tensor-parallel rank's compute: its shard's FLOPs at the rate and the
+ * fixed part of a micro-batch by the shard's share of the whole model's FLOPs
+ * (tp 2: about half of it, not the whole). */
+static void tp_fixed_part(void) {
+    dt_model_cfg mc = mlp(), sh = mc;
+    sh.tp_size = 2;
+    dt_model *m = NULL, *half = NULL;
+    test_cond("tp fixed part: probes", dt_model_probe(&mc, &m) == DT_OK && dt_model_probe(&sh, &half) == DT_OK);
+    double F = (double)m->flops_per_sample, S = (double)half->flops_per_sample;
+    dt_model_destroy(m);
+    dt_model_destroy(half);
+    dt_plan_in in = {.model = &mc, .batch = 64, .adam = true, .cluster = cluster(1, 2, 2)};
+    dt_plan_layout l = {.dp = 1, .tp = 2, .pp = 1, .micro = 1};
+    dt_plan_pred p;
+    test_cond("tp fixed part: predicted", dt_plan_predict(&in, &l, &p) == DT_OK);
+    double want = 1e-3 * S / F + S * 64 / 1e10;
+    printf("mlp tp 2: compute %.4f ms (t0 S/F + B S/rate = %.4f ms, S/F = %.3f)\n", p.compute_s * 1e3, want * 1e3, S / F);
+    test_cond("tp fixed part: t0 x shard share + B x shard flops / rate", near(p.compute_s, want) && S / F < 0.6);
 }
 
 /* The all-reduces of dtrain's dp buckets of mc on c's 2 ranks (parallel.h:
@@ -343,6 +364,7 @@ static void time_sliced(void) {
 
 int main(void) {
     one_rank();
+    tp_fixed_part();
     sequence_parallel();
     bucket_rule();
     spare_core();
