@@ -5,7 +5,7 @@
 # chunk adds its micro-batches' gradients in the same order), mlp and gpt, P 2
 # and 4, V 2 and 3, with tensor parallelism, ZeRO-1/2 data parallelism and
 # recomputation; ZeRO-3 bitwise ZeRO-2 under the interleaved schedule (its
-# bubble: test_bubble.sh); the activation sets each stage keeps (Megatron's 2(P-s-1)+(V-1)P+1); a
+# bubble: test_pp_timing.sh); the activation sets each stage keeps (Megatron's 2(P-s-1)+(V-1)P+1); a
 # checkpoint (ZeRO-3, -n 4) resumed under 1F1B and on one rank; every refusal
 # in one line.
 source "$(dirname "$0")/lib.sh" "$@"
@@ -58,7 +58,7 @@ a=$(pfield "$tmp/gpt6_p4_il2" acts_alive_peak); f=$(pfield "$tmp/gpt6_p4_1f1b" a
 if [ "$a" = "11,9,7,5" ] && [ "$f" = "4,3,2,1" ]; then ok "micro-batches alive per stage: interleaved [$a], 1F1B [$f]"
 else fail "micro-batches alive per stage: interleaved [$a] (want 11,9,7,5), 1F1B [$f] (want 4,3,2,1)"; fi
 
-# (the bubble against (P-1)/(VM+P-1): test_bubble.sh, run alone)
+# (the bubble against (P-1)/(VM+P-1): test_pp_timing.sh, run alone)
 
 # a checkpoint written under the interleaved schedule with ZeRO-3 resumes under 1F1B and on one rank
 run ck_il -n 4 --pp 2 --micro-batches 4 $IL 2 --zero 3 $GPT --ckpt-dir "$tmp/ckil" --ckpt-every 10

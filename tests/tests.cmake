@@ -67,11 +67,12 @@ endforeach()
 if(TEST test_stop)
   set_tests_properties(test_stop PROPERTIES LABELS "slow;matrix")
 endif()
-# The schedules' bubble judges measured idle time: it runs alone (beside
-# test_dp's ranks on 2 cores GPipe's idle share measured 15% over its formula,
-# alone 5%). About 25 s; the sanitizer build skips its checks.
-if(TEST test_bubble)
-  set_tests_properties(test_bubble PROPERTIES RUN_SERIAL TRUE)
+# The pipeline's timing checks (the schedules' bubble, the auto partition
+# against every split) judge measured time: they run alone (beside test_dp's
+# ranks on 2 cores GPipe's idle share measured 15% over its formula, alone 5%).
+# About 45 s; the sanitizer build skips its checks.
+if(TEST test_pp_timing)
+  set_tests_properties(test_pp_timing PROPERTIES RUN_SERIAL TRUE)
 endif()
 
 # The planner's tests (issue 16): `ctest -L plan` runs them alone.
@@ -133,7 +134,7 @@ set(DT_TEST_COSTS
   test_stop 180 test_cluster 112 test_async 97 test_fuzz_smoke 60 test_pp 72 test_async_slow 67
   test_dp 61 test_compress_train 55 test_ps_slow 53 test_ckpt 52 test_models 50 test_layout_auto 44
   test_ps 43 test_ps_kill 38 test_compress_slow 30 test_ps_elastic 30 test_paths 316 test_rl 15 test_interleaved 52
-  test_precision 45 test_fp16 26 test_zero3 60 test_python 18 test_report 15 test_max_memory 10 test_cli 12 test_netbed 8 test_install 8 test_elastic 7 test_tp 24 test_seqpar 25 test_train_slow 15 test_bubble 25)
+  test_precision 45 test_fp16 26 test_zero3 60 test_python 18 test_report 15 test_max_memory 10 test_cli 12 test_netbed 8 test_install 8 test_elastic 7 test_tp 24 test_seqpar 25 test_train_slow 15 test_pp_timing 45)
 list(LENGTH DT_TEST_COSTS n)
 math(EXPR last "${n} - 1")
 foreach(i RANGE 0 ${last} 2)
