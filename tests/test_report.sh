@@ -108,7 +108,9 @@ live() { grep -q 'http-equiv="refresh" content="1"' "$tmp/w.html" 2>/dev/null; }
 wait_until 30 live && was_live=1 || was_live=0
 wait $tr_pid
 gone() { ! kill -0 $rp 2>/dev/null; }
-if wait_until 10 gone && [ $was_live = 1 ] && ! grep -q 'http-equiv="refresh"' "$tmp/w.html" && grep -q '"logged":60' "$tmp/w.html"; then
+# (30 s: the sanitizer build beside test_paths on 2 cores took more than 10 to
+# see the run end and write the last page)
+if wait_until 30 gone && [ $was_live = 1 ] && ! grep -q 'http-equiv="refresh"' "$tmp/w.html" && grep -q '"logged":60' "$tmp/w.html"; then
   ok "--watch: the page reloaded itself while the run went on, then was written whole without reloading and the watcher ended"
 else fail "--watch: live=$was_live, watcher still running: $(kill -0 $rp 2>/dev/null && echo yes || echo no)"; kill $rp 2>/dev/null; fi
 finish
