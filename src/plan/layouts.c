@@ -119,10 +119,10 @@ static dt_status check(const dt_plan_in *in, const dt_plan_layout *l, int world)
  * share of the whole unsharded model's FLOPs, `total`) and the per-sample
  * part at the rank's rate (profiled with all the host's ranks computing).
  * The fixed part is what a micro-batch costs whatever its rows: mostly the
- * GEMMs streaming their weights, which a tensor-parallel rank holds 1/tp of.
- * Taken as the chunk's share of the model's (W1 1 x 2 x 2 on the emulated
- * hosts, M 4: predicted +82% while each tp rank paid the whole fixed part of
- * its stage). */
+ * GEMMs streaming their weights, of which a tensor-parallel rank holds 1/tp,
+ * so its share is its shard's FLOPs over the whole model's (W1 1 x 2 x 2 on
+ * the emulated hosts, M 4, was predicted +82% while each tp rank paid its
+ * stage's whole fixed part). */
 static double chunk_time(const dt_plan_cluster *c, const dt_plan_layout *l, double flops, int s, double total,
                          double mb) {
     double fixed = total > 0 ? c->micro_overhead_s * flops / total : 0;
