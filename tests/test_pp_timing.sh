@@ -47,6 +47,7 @@ for P in 2 4; do
   check "interleaved P=$P V=2 M=8" -n $P --pp $P --schedule interleaved --virtual-stages 2 --micro-batches 8 \
         --hidden 32,32,32,32,32,32,32
 done
+
 # auto partition of deliberately uneven blocks vs every possible 2-stage split:
 # two big blocks first (784x640, 640x640) then small ones, so one split (1,5)
 # is ~1.8x better than every other and the check does not hang on noise (with
