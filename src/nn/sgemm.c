@@ -168,17 +168,13 @@ DT_T16_TARGET static void transpose_tile16(float *C, int ldc, const float *T, in
         _mm512_storeu_ps(c, beta == 0.0f ? r[a] : _mm512_add_ps(r[a], _mm512_mul_ps(vb, _mm512_loadu_ps(c))));
     }
 }
-static bool have_avx512f(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f");
-}
 #endif
 
 /* C[i][j] = T[j][i] (+ beta C[i][j]) for every row i < M and columns j in [j0, j1). */
 static void transpose_into(float *C, int ldc, const float *T, int ldt, int M, int j0, int j1, float beta) {
 #if defined(__x86_64__) && defined(__GNUC__)
     static int avx512 = -1; /* a benign race: same answer */
-    if (avx512 < 0) avx512 = have_avx512f();
+    if (avx512 < 0) avx512 = cpu_avx512(); /* F with BW, VL, DQ: the tile needs F */
 #else
     const int avx512 = 0;
 #endif
