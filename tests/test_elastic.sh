@@ -10,7 +10,7 @@ echo "localhost slots=4" > "$hf"
 "$dt" train $M --hostfile "$hf" --zero 1 --ckpt-dir "$tmp/ck" --ckpt-every 4 --max-restarts 2 --restart-backoff 0.3 \
    --inject slow:rank=0:factor=40 --inject crash:rank=3:step=7 --out "$tmp/el" > "$tmp/el.log" 2>&1 &
 job=$!
-wait_until 15 test -f "$tmp/ck/ckpt-0000000004/manifest.json"
+wait_until 60 test -f "$tmp/ck/ckpt-0000000004/manifest.json"
 echo "localhost slots=2   # one machine lost" > "$hf"
 wait $job; rc=$?
 ranks=$(grep -o '"ranks":[0-9]*' "$tmp/el/metrics.jsonl" | sed 's/.*://' | uniq | tr '\n' ' ')

@@ -171,10 +171,11 @@ run sup_ref $B -n 2 && {
 }
 
 # ---- a third signal ends at once; the previous checkpoint is whole ----------
-# Steps made slow (--inject slow) so that the signals land in one step. The
-# first slowed step carries its one-time costs 1000 times too (30 s here alone),
-# and a loaded machine once took rank 0 past the default 60 s --timeout there
-# (rank 1's all-reduce gave up): the waits get 240 s.
+# Steps made slow (--inject slow) so that the signals land in one step. Once
+# the first slowed step carried the first step's one-time costs 1000 times and
+# a loaded machine took rank 0 past the default 60 s --timeout (rank 1's
+# all-reduce gave up); the slowdown now starts after that step, and the waits
+# keep 240 s.
 S="--model mlp --hidden 128 --steps 20 --eval-every 0 --log-every 1 --quiet -n 2 --ckpt-every 2 --timeout 240"
 run third_ref $S --ckpt-dir "$tmp/third_ref_ck" && {
   timeout 300 "$dt" train $S --ckpt-dir "$tmp/third_ck" --inject slow:rank=0:factor=1000 --out "$tmp/third" > "$tmp/third.log" 2>&1 &
