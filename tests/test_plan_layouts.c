@@ -11,7 +11,10 @@
 #include "testhelp.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static dt_model_cfg mlp(void) {
     dt_model_cfg mc;
@@ -55,6 +58,65 @@ static void tp_fixed_part(void) {
     double want = 1e-3 * S / F + S * 64 / 1e10;
     printf("mlp tp 2: compute %.4f ms (t0 S/F + B S/rate = %.4f ms, S/F = %.3f)\n", p.compute_s * 1e3, want * 1e3, S / F);
     test_cond("tp fixed part: t0 x shard share + B x shard flops / rate", near(p.compute_s, want) && S / F < 0.6);
+}
+
+/* A micro-batch priced at its size from the profile's measured sizes: linear
+ * between them, along the rate beyond them (not below the fixed part), and
+ * only for the model they were measured on; a one-rank step and a two-stage
+ * pipeline's compute from them; the sizes read back from a description, and
+ * bad ones refused in one line. */
+static void measured_sizes(void) {
+    dt_model_cfg mc = mlp();
+    dt_model *m = NULL;
+    test_cond("sizes: probe", dt_model_probe(&mc, &m) == DT_OK);
+    double F = (double)m->flops_per_sample, P = (double)m->n, r = F / 1e10; /* s per row */
+    dt_model_destroy(m);
+    dt_plan_cluster *c = cluster(1, 2, 2);
+    c->step_n = 3, c->step_flops = F;
+    double rows[3] = {16, 32, 64}, t[3] = {2e-3, 2.5e-3, 4.5e-3};
+    memcpy(c->step_rows, rows, sizeof rows);
+    memcpy(c->step_time, t, sizeof t);
+    test_cond("sizes: at a size, its time", near(dt_plan_micro_time(c, F, 32), 2.5e-3));
+    test_cond("sizes: between two, linear", near(dt_plan_micro_time(c, F, 48), 3.5e-3));
+    test_cond("sizes: above the last, along the rate", near(dt_plan_micro_time(c, F, 128), 4.5e-3 + 64 * r));
+    test_cond("sizes: below the first, along the rate", near(dt_plan_micro_time(c, F, 8), fmax(2e-3 - 8 * r, 1e-3)));
+    test_cond("sizes: another model's FLOPs: the line", near(dt_plan_micro_time(c, 2 * F, 32), 1e-3 + 32 * 2 * F / 1e10));
+    dt_plan_in in = {.model = &mc, .batch = 48, .adam = true, .cluster = c};
+    dt_plan_layout one = {.dp = 1, .tp = 1, .pp = 1, .micro = 1}, pipe = {.dp = 1, .tp = 1, .pp = 2, .micro = 3};
+    dt_plan_pred p, q;
+    c->per_host = 1;
+    test_cond("sizes: one rank's step, 48 rows", dt_plan_predict(&in, &one, &p) == DT_OK && near(p.step_s, 3.5e-3 + P * 1e-9));
+    c->per_host = 2;
+    /* 3 micro-batches of 16 rows: the busier stage computes its FLOPs' share of 2 ms each */
+    test_cond("sizes: a pipeline predicted", dt_plan_predict(&in, &pipe, &q) == DT_OK);
+    int first = atoi(q.partition);
+    double f0 = 0;
+    test_cond("sizes: probe again", dt_model_probe(&mc, &m) == DT_OK);
+    for (int b = 0; b < first && b < m->n_blocks; b++) f0 += (double)m->blocks[b].flops;
+    dt_model_destroy(m);
+    double share = fmax(f0, F - f0) / F;
+    printf("sizes: one rank %.4f ms; pipeline (%s) compute %.4f ms (3 x 2 ms x %.3f)\n", p.step_s * 1e3, q.partition,
+           q.compute_s * 1e3, share);
+    test_cond("sizes: a pipeline's micro-batches priced at their 16 rows", near(q.compute_s, 3 * 2e-3 * share));
+
+    char path[] = "/tmp/dt_plan_sizes_XXXXXX";
+    int fd = mkstemp(path);
+    dt_plan_cluster back;
+    test_cond("sizes: written and read back", fd >= 0 && dt_plan_cluster_write(path, c) == DT_OK &&
+                                                  dt_plan_cluster_read(path, &back) == DT_OK && back.step_n == 3 &&
+                                                  near(back.step_flops, F) && near(back.step_rows[2], 64) &&
+                                                  near(back.step_time[1], 2.5e-3));
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("{\"hosts\": 1, \"ranks_per_host\": 1, \"gflops\": 10, \"memory_gb\": 1, \"local\": {\"latency_us\": 1, "
+              "\"bandwidth_gbit\": 10}, \"cross\": {\"latency_us\": 1, \"bandwidth_gbit\": 1}, \"step\": "
+              "{\"flops_per_sample\": 1000, \"measured_ms\": [[16, 2], [8, 1]]}}\n", f);
+        fclose(f);
+    }
+    test_cond("sizes: rows out of order refused in one line",
+              dt_plan_cluster_read(path, &back) == DT_ERR_INVALID && strstr(dt_error_msg(), "step.measured_ms[1]") &&
+                  !strchr(dt_error_msg(), '\n'));
+    if (fd >= 0) close(fd), unlink(path);
 }
 
 /* The all-reduces of dtrain's dp buckets of mc on c's 2 ranks (parallel.h:
@@ -365,6 +427,7 @@ static void time_sliced(void) {
 int main(void) {
     one_rank();
     tp_fixed_part();
+    measured_sizes();
     sequence_parallel();
     bucket_rule();
     spare_core();

@@ -86,6 +86,7 @@ double dt_plan_pipeline(dt_plan_sched sched, int P, int V, int M, const double *
  * bandwidth, optional per-host speed factors. */
 #define DT_PLAN_MAX_HOSTS 4096
 #define DT_PLAN_MAX_CURVE 16 /* sizes a link's measured rate may list */
+#define DT_PLAN_FIT_MAX 6    /* batch sizes a profile times (B, B/2, ... B/32) */
 typedef struct dt_plan_cluster {
     int hosts, per_host;
     double flops;              /* FLOP/s a rank reaches on the model's step while all the
@@ -103,6 +104,12 @@ typedef struct dt_plan_cluster {
     int shared_cores;          /* > 0: every host's ranks share these cores (hosts emulated on
                                 * one machine, scripts/cluster.sh); 0: each host its own */
     double micro_overhead_s;   /* a micro-batch's fixed forward + backward time, whole model */
+    /* The profile's measured forward + backward of the whole model at
+     * step_rows[k] rows (ascending), step_time[k] seconds, for the model of
+     * step_flops FLOPs per sample ("step"; step_n 0: none): a micro-batch is
+     * priced at its size from these (dt_plan_micro_time). */
+    int step_n;
+    double step_flops, step_rows[DT_PLAN_FIT_MAX], step_time[DT_PLAN_FIT_MAX];
     double codec_enc_s_per_float[DT_COMP_COUNT]; /* a codec's encode (error feedback too) */
     double codec_dec_s_per_float[DT_COMP_COUNT]; /* one decode-and-sum, seconds per float */
     double staging_s_per_byte; /* a step's extra time per byte of pages handed back and written
@@ -136,6 +143,13 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *out);
  * DT_ERR_IO, DT_ERR_FORMAT (not such a line) or DT_ERR_INVALID (a bad curve),
  * with the path; on error c's links are as they were and it has no curve. */
 dt_status dt_plan_fit_read(const char *path, dt_plan_cluster *c);
+/* The forward + backward of a model of `total` FLOPs per sample at `rows`
+ * rows on one of c's ranks (speed factor 1): interpolated linearly between
+ * the profile's measured sizes when c carries them for a model of these
+ * FLOPs (within 0.5%), beyond them extended along the per-sample rate
+ * (never below the fixed part); otherwise micro_overhead_s + rows total /
+ * flops. */
+double dt_plan_micro_time(const dt_plan_cluster *c, double total, double rows);
 /* The cross link's beta for a message of `bytes` (the curve, or links.cross.beta). */
 double dt_plan_cross_beta(const dt_plan_cluster *c, double bytes);
 /* Writes c as a description (the format dt_plan_cluster_read reads). */
@@ -169,6 +183,9 @@ typedef struct dt_plan_profile_out {
     double flops;             /* FLOP/s on the per-sample part */
     double micro_overhead_s;  /* t0: a micro-batch's fixed time */
     double step_s;            /* the median step at batch B */
+    int points;               /* sizes timed: rows[k] (B, B/2, ...), each's median time[k] */
+    double rows[DT_PLAN_FIT_MAX], time[DT_PLAN_FIT_MAX];
+    double flops_per_sample;  /* the profiled model's */
     double optim_s_per_param;
     double codec_enc_s_per_float[DT_COMP_COUNT], codec_dec_s_per_float[DT_COMP_COUNT];
     double staging_s_per_byte; /* a step's extra time per gradient byte whose pages were released */
@@ -179,7 +196,6 @@ typedef struct dt_plan_profile_out {
  * robust to one bad point: c the median of the pairwise slopes, t0 the median
  * of t - c x (Theil-Sen). One point, or all x equal: t0 = 0, c = t[0] / x[0].
  * DT_ERR_INVALID for n out of range or x[0] <= 0. */
-#define DT_PLAN_FIT_MAX 6
 dt_status dt_plan_fit_affine(const double *x, const double *t, int n, double *t0, double *c);
 
 /* Profiles mc at batch B (see above). sync (NULL: none) is called with

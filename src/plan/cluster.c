@@ -20,7 +20,11 @@
  * decode], ...} per codec (absent ones: codec_default's figures, measured on an
  * AVX2 EPYC); "cross"."measured" the link's rate by message size,
  * [bytes, Gbit/s] pairs by ascending size (dt_plan_cross_beta); "cross"."burst_kb"
- * what the link passes at once after idling (a shaper's bucket, 0 when absent). */
+ * what the link passes at once after idling (a shaper's bucket, 0 when absent);
+ * "step" {"flops_per_sample": F, "measured_ms": [[rows, ms], ...]} the
+ * profile's forward + backward of the whole model (of F FLOPs per sample) at
+ * each size it timed, rows ascending (dt_plan_micro_time; absent: the fixed
+ * part and the rate). */
 #include "dtrain/plan.h"
 
 #include <jansson.h>
@@ -109,6 +113,42 @@ static dt_status curve(const char *path, const json_t *v, const char *key, bool 
     return DT_OK;
 }
 
+/* "step" (see above) into c's step curve when all of it is good; absent: none. */
+static dt_status step_curve(const char *path, const json_t *v, dt_plan_cluster *c) {
+    c->step_n = 0;
+    if (!v) return DT_OK;
+    const json_t *pts = json_object_get(v, "measured_ms");
+    double f = 0, rows[DT_PLAN_FIT_MAX], t[DT_PLAN_FIT_MAX];
+    size_t n = json_is_array(pts) ? json_array_size(pts) : 0;
+    if (num("step", v, "flops_per_sample", 1, 1e30, -1, &f))
+        return dt_errorf(DT_ERR_INVALID, "%s: %s", path, dt_error_msg());
+    if (n < 1 || n > DT_PLAN_FIT_MAX)
+        return dt_errorf(DT_ERR_INVALID, "%s: step.measured_ms must list 1 to %d [rows, ms] pairs", path, DT_PLAN_FIT_MAX);
+    for (size_t k = 0; k < n; k++) {
+        if (json_unpack(json_array_get(pts, k), "[FF]", &rows[k], &t[k]) || !(rows[k] >= 1 && rows[k] <= 1e9) ||
+            !(t[k] > 0 && t[k] < 1e9) || (k && rows[k] <= rows[k - 1]))
+            return dt_errorf(DT_ERR_INVALID, "%s: step.measured_ms[%zu] must be [rows, ms], rows ascending, ms > 0", path, k);
+        t[k] *= 1e-3;
+    }
+    memcpy(c->step_rows, rows, n * sizeof rows[0]);
+    memcpy(c->step_time, t, n * sizeof t[0]);
+    c->step_flops = f;
+    c->step_n = (int)n;
+    return DT_OK;
+}
+
+double dt_plan_micro_time(const dt_plan_cluster *c, double total, double rows) {
+    double rate = c->flops > 0 ? total / c->flops : 0, fixed = c->micro_overhead_s; /* s per row; s */
+    int n = c->step_n;
+    if (n < 1 || !(fabs(c->step_flops - total) <= 0.005 * total)) return fixed + rows * rate;
+    const double *x = c->step_rows, *t = c->step_time;
+    if (rows <= x[0]) return fmax(t[0] - (x[0] - rows) * rate, fixed);
+    if (rows >= x[n - 1]) return t[n - 1] + (rows - x[n - 1]) * rate;
+    int k = 1;
+    while (x[k] < rows) k++;
+    return t[k - 1] + (rows - x[k - 1]) / (x[k] - x[k - 1]) * (t[k] - t[k - 1]);
+}
+
 double dt_plan_cross_beta(const dt_plan_cluster *c, double bytes) {
     int n = c->cross_n;
     if (n < 1) return c->links.cross.beta;
@@ -177,6 +217,7 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *c) {
     if (!st && num("cross.burst_kb", json_object_get(o, "cross"), "burst_kb", 0, 1e9, 0, &burst))
         st = dt_errorf(DT_ERR_INVALID, "%s: %s", path, dt_error_msg());
     c->cross_burst = burst * 1e3;
+    if (!st) st = step_curve(path, json_object_get(o, "step"), c);
     if (!st && (hosts != (int)hosts || per != (int)per))
         st = dt_errorf(DT_ERR_INVALID, "%s: \"hosts\" and \"ranks_per_host\" must be integers", path);
     if (!st) {
@@ -233,6 +274,11 @@ dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c) {
         json_array_append_new(cv, json_pack("[f,f]", c->cross_msg[k], 8.0 / c->cross_beta[k] / 1e9));
     if (cv) json_object_set_new(cr, "measured", cv);
     if (cr && c->cross_burst > 0) json_object_set_new(cr, "burst_kb", json_real(c->cross_burst / 1e3));
+    json_t *pts = c->step_n > 0 ? json_array() : NULL;
+    for (int k = 0; pts && k < c->step_n; k++)
+        json_array_append_new(pts, json_pack("[f,f]", c->step_rows[k], c->step_time[k] * 1e3));
+    if (o && pts) json_object_set_new(o, "step", json_pack("{s:f,s:o}", "flops_per_sample", c->step_flops, "measured_ms", pts));
+    else json_decref(pts);
     if (o) json_object_set_new(o, "codec_ns_per_float", cs);
     else json_decref(cs);
     if (!o) return dt_errorf(DT_ERR_NOMEM, "out of memory");

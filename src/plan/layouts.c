@@ -114,19 +114,18 @@ static dt_status check(const dt_plan_in *in, const dt_plan_layout *l, int world)
     return check_interleaved(l);
 }
 
-/* One micro-batch of `flops` (a chunk's, per sample) through the rank of
- * stage s: the fixed part (the cluster's micro_overhead_s, by the chunk's
- * share of the whole unsharded model's FLOPs, `total`) and the per-sample
- * part at the rank's rate (profiled with all the host's ranks computing).
- * The fixed part is what a micro-batch costs whatever its rows: mostly the
- * GEMMs streaming their weights, of which a tensor-parallel rank holds 1/tp,
- * so its share is its shard's FLOPs over the whole model's (W1 1 x 2 x 2 on
- * the emulated hosts, M 4, was predicted +82% while each tp rank paid its
- * stage's whole fixed part). */
+/* One micro-batch of mb rows and `flops` (a chunk's, per sample) through the
+ * rank of stage s: the whole unsharded model's time at mb rows (`total` FLOPs
+ * per sample; the profile's measured sizes, or its fixed part and rate:
+ * dt_plan_micro_time) by the chunk's share of those FLOPs. The share covers
+ * the fixed part too, what a micro-batch costs whatever its rows: mostly the
+ * GEMMs streaming their weights, of which a tensor-parallel rank holds 1/tp
+ * (W1 1 x 2 x 2 on the emulated hosts, M 4, was predicted +82% while each tp
+ * rank paid its stage's whole fixed part). */
 static double chunk_time(const dt_plan_cluster *c, const dt_plan_layout *l, double flops, int s, double total,
                          double mb) {
-    double fixed = total > 0 ? c->micro_overhead_s * flops / total : 0;
-    return (fixed + flops * mb / c->flops) / stage_speed(c, l, s);
+    double whole = total > 0 ? dt_plan_micro_time(c, total, mb) * flops / total : flops * mb / c->flops;
+    return whole / stage_speed(c, l, s);
 }
 
 /* A transfer of `bytes` from each rank of stage a to its peer of stage b:

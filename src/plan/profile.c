@@ -263,6 +263,12 @@ static void profile_all(worker *w) {
     }
     w->out.micro_overhead_s = t0;
     w->out.step_s = ts[0];
+    w->out.points = k;
+    for (int i = 0; i < k; i++) { /* ascending rows */
+        w->out.rows[i] = xs[k - 1 - i];
+        w->out.time[i] = ts[k - 1 - i];
+    }
+    w->out.flops_per_sample = (double)w->m->flops_per_sample;
     w->out.flops = c > 0 ? (double)w->m->flops_per_sample / c : 0;
 }
 

@@ -79,7 +79,15 @@ int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, 
         dt_plan_profile_out pc = {0};
         if (profile_best(who, mc, B, adam, cores, &pc)) return 1;
         c->micro_overhead_s = pc.micro_overhead_s * profile / cores;
+        /* the measured sizes keep their own shape about the line, on the new fixed part */
+        for (int k = 0; k < pr.points; k++) {
+            pr.time[k] += c->micro_overhead_s - pr.micro_overhead_s;
+        }
     }
+    c->step_n = pr.points;
+    c->step_flops = pr.flops_per_sample;
+    memcpy(c->step_rows, pr.rows, sizeof c->step_rows);
+    memcpy(c->step_time, pr.time, sizeof c->step_time);
     memcpy(c->codec_enc_s_per_float, pr.codec_enc_s_per_float, sizeof c->codec_enc_s_per_float);
     memcpy(c->codec_dec_s_per_float, pr.codec_dec_s_per_float, sizeof c->codec_dec_s_per_float);
     return 0;
