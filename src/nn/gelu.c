@@ -11,7 +11,6 @@
 #include "dtrain/nn.h"
 #include "vexp.h"
 
-#include <string.h>
 
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -31,13 +30,6 @@ static inline vf vgelu_grad(vf x) {
     return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
 }
 
-static inline vf vload(const float *p, size_t k) {
-    vf v = {0};
-    memcpy(&v, p, k * sizeof(float));
-    return v;
-}
-
-static inline void vstore(float *p, vf v, size_t k) { memcpy(p, &v, k * sizeof(float)); }
 
 DT_HOT void dt_gelu_forward(float *restrict out, const float *restrict inp, size_t n) {
     size_t i = 0;

@@ -16,14 +16,7 @@
 #include "vexp.h"
 
 #include <math.h>
-#include <string.h>
 
-__attribute__((always_inline)) static inline vf ld(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-__attribute__((always_inline)) static inline void st(float *p, vf v) { memcpy(p, &v, sizeof v); }
 __attribute__((always_inline)) static inline float lanes(vf v) {
     float s = 0.0f;
     for (int k = 0; k < VL; k++) s += v[k];
@@ -35,7 +28,7 @@ __attribute__((always_inline)) static inline float row_sum(const float *restrict
     vf a0 = {0}, a1 = {0};
     int c = 0;
     for (; c + 2 * VL <= C; c += 2 * VL) {
-        vf x0 = ld(x + c), x1 = ld(x + c + VL);
+        vf x0 = vload(x + c, VL), x1 = vload(x + c + VL, VL);
         if (sq) {
             x0 -= m;
             x1 -= m;
@@ -46,7 +39,7 @@ __attribute__((always_inline)) static inline float row_sum(const float *restrict
         a1 += x1;
     }
     for (; c + VL <= C; c += VL) {
-        vf x0 = ld(x + c);
+        vf x0 = vload(x + c, VL);
         if (sq) {
             x0 -= m;
             x0 *= x0;
@@ -84,11 +77,11 @@ DT_HOT void dt_layernorm_backward(float *dinp, float *dw, float *db, const float
         vf vsg = {0}, vsgx = {0};
         int c = 0;
         for (; c + VL <= C; c += VL) {
-            vf xh = (ld(x + c) - m) * r, gc = ld(g + c), gw = ld(w + c) * gc;
+            vf xh = (vload(x + c, VL) - m) * r, gc = vload(g + c, VL), gw = vload(w + c, VL) * gc;
             vsg += gw;
             vsgx += gw * xh;
-            if (db) st(db + c, ld(db + c) + gc);
-            st(dw + c, ld(dw + c) + xh * gc);
+            if (db) vstore(db + c, vload(db + c, VL) + gc, VL);
+            vstore(dw + c, vload(dw + c, VL) + xh * gc, VL);
         }
         float sg = lanes(vsg), sgx = lanes(vsgx);
         for (; c < C; c++) {

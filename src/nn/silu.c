@@ -11,7 +11,6 @@
 #include "dtrain/nn.h"
 #include "vexp.h"
 
-#include <string.h>
 
 
 
@@ -22,13 +21,6 @@ static inline vf vsilu_grad(vf x) {
     return s * (1.0f + x * (1.0f - s));
 }
 
-static inline vf vload(const float *p, size_t k) {
-    vf v = {0};
-    memcpy(&v, p, k * sizeof(float));
-    return v;
-}
-
-static inline void vstore(float *p, vf v, size_t k) { memcpy(p, &v, k * sizeof(float)); }
 
 DT_HOT void dt_silu_forward(float *restrict out, const float *restrict inp, size_t n) {
     size_t i = 0;

@@ -14,7 +14,6 @@
 #include "dtrain/nn.h"
 #include "vexp.h"
 
-#include <string.h>
 
 /* expm1(x) for x <= 0 (clamped at -87, where it is -1 to float precision). */
 static inline vf vexpm1_neg(vf x) {
@@ -37,18 +36,8 @@ static inline vf vtanh(vf x) {
 
 DT_HOT void dt_tanh_forward(float *out, const float *inp, size_t n) {
     size_t i = 0;
-    for (; i + VL <= n; i += VL) {
-        vf x;
-        memcpy(&x, inp + i, sizeof x);
-        x = vtanh(x);
-        memcpy(out + i, &x, sizeof x);
-    }
-    if (i < n) {
-        vf x = {0};
-        memcpy(&x, inp + i, (n - i) * sizeof(float));
-        x = vtanh(x);
-        memcpy(out + i, &x, (n - i) * sizeof(float));
-    }
+    for (; i + VL <= n; i += VL) vstore(out + i, vtanh(vload(inp + i, VL)), VL);
+    if (i < n) vstore(out + i, vtanh(vload(inp + i, n - i)), n - i);
 }
 
 DT_HOT void dt_tanh_backward(float *restrict dinp, const float *restrict dout,

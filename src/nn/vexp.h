@@ -3,15 +3,28 @@
  * them: range reduction and a degree-6 polynomial (~2 ulp), the argument
  * clamped to [-87, 88] so it never overflows. Shared by the activation kernels
  * (gelu.c, silu.c, tanh.c), where a scalar libm call per element would cost
- * more than the whole vectorised layer. */
+ * more than the whole vectorised layer, and by layernorm.c's lane sums. */
 #ifndef DT_NN_VEXP_H
 #define DT_NN_VEXP_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef float vf __attribute__((vector_size(64)));
 typedef int32_t vi __attribute__((vector_size(64)));
 #define VL 16
+
+/* k <= VL floats at p into a vector's first lanes (the rest 0), and a
+ * vector's first k lanes back to p. Always inlined, so they compile inside
+ * each DT_HOT clone (core/cpu.h): as separate functions they are baseline
+ * x86-64 code (LayerNorm's forward measured 0.37 ms that way, 0.15 inlined). */
+__attribute__((always_inline)) static inline vf vload(const float *p, size_t k) {
+    vf v = {0};
+    memcpy(&v, p, k * sizeof(float));
+    return v;
+}
+__attribute__((always_inline)) static inline void vstore(float *p, vf v, size_t k) { memcpy(p, &v, k * sizeof(float)); }
 
 static inline vf vsel(vi mask, vf a, vf b) { return (vf)((mask & (vi)a) | (~mask & (vi)b)); }
 
