@@ -108,6 +108,39 @@ BF16_TARGET static void pack_panel(uint32_t *dst, int W, const float *X, size_t 
     }
 }
 
+/* Words w (16 rows' pair at kk) into two MR panels: the low 8 lanes to the
+ * panel at dst, the high 8 to the next one (only when rows > MR: past the
+ * last panel there is none). */
+BF16_TARGET static inline void store_a16(uint32_t *dst, size_t KP, size_t kk, int rows, __m512i w) {
+    _mm256_storeu_si256((__m256i *)(dst + kk * MR), _mm512_castsi512_si256(w));
+    if (rows > MR) _mm256_storeu_si256((__m256i *)(dst + (KP + kk) * MR), _mm512_extracti64x4_epi64(w, 1));
+}
+
+/* Packs op(A)'s rows i0 .. i0 + rows - 1 (rows <= 16) into two MR panels at
+ * once, where one panel's 8 rows would leave half of every vector zeros:
+ * transa false, A (pairs along A's rows, through one transpose of 16 rows);
+ * true, A^T (A's rows are k: a pair of them, 16 columns). X points at op(A)'s
+ * row i0 (A + i0 lda, or A + i0). Rows past `rows` come out as zero words. */
+_Static_assert(MR == 8, "pack_a16 splits 16 lanes into two panels of 8");
+BF16_TARGET static void pack_a16(uint32_t *dst, size_t KP, const float *X, size_t lda, bool transa, int rows, int K) {
+    if (transa) {
+        for (size_t kk = 0; kk < KP; kk++) {
+            const float *r0 = X + 2 * kk * lda, *r1 = r0 + lda;
+            __m512 lo = load_n(r0, rows), hi = 2 * kk + 1 >= (size_t)K ? _mm512_setzero_ps() : load_n(r1, rows);
+            store_a16(dst, KP, kk, rows, pair_words(lo, hi));
+        }
+        return;
+    }
+    const size_t rs = lda;
+    for (int k = 0; k < K; k += 16) {
+        int nk = K - k < 16 ? K - k : 16;
+        __m512 r[16];
+        for (int a = 0; a < 16; a++) r[a] = a < rows ? load_n(X + (size_t)a * rs + k, nk) : _mm512_setzero_ps();
+        dt_transpose16(r); /* r[c] = k + c across the 16 rows; zeros past nk */
+        for (int c = 0; c < nk; c += 2) store_a16(dst, KP, (size_t)(k + c) / 2, rows, pair_words(r[c], r[c + 1]));
+    }
+}
+
 /* The MR x NR tile: C[0..mr) x [0..nr) = alpha * A_panel B_panel + beta * C. */
 BF16_TARGET static void tile(float *C, size_t ldc, const uint32_t *a, const uint32_t *b, size_t KP, int mr, int nr,
                              float alpha, float beta) {
@@ -186,9 +219,9 @@ BF16_TARGET void dt_gemm_bf16_on(bool transa, bool transb, int M, int N, int K, 
     const size_t KP = kpairs(K), Mp = round_up((size_t)M, MR), panels = ((size_t)N + NR - 1) / NR;
     uint32_t *pa = (uint32_t *)scratch;
     /* op(A)(i, k) = A[i lda + k] or, transposed, A[k lda + i] */
-    for (int i = 0; i < M; i += MR)
-        pack_panel(pa + (size_t)i * KP, MR, transa ? A + i : A + (size_t)i * lda, transa ? 1 : (size_t)lda,
-                   transa ? (size_t)lda : 1, M - i < MR ? M - i : MR, K);
+    for (int i = 0; i < M; i += 2 * MR)
+        pack_a16(pa + (size_t)i * KP, KP, transa ? A + i : A + (size_t)i * lda, (size_t)lda, transa,
+                 M - i < 2 * MR ? M - i : 2 * MR, K);
     job J = {transb, M, N, K, ldb, ldc, alpha, beta, B, C, pa, pa + KP * Mp};
     /* a thread for every 4 panels at least, and 2 M-panels' worth of work in each */
     int T = threads;
