@@ -1,6 +1,7 @@
 /* The planner's step-time model (dt_plan_predict, dt_plan_layouts) on cases
  * worked by hand: one rank's step is the profile's line plus the optimizer;
  * a tensor-parallel rank pays its shard's share of a micro-batch's fixed part;
+ * a micro-batch priced at its rows from the profile's measured sizes;
  * an exposed reduction with and without a core to spare; stages cut by host
  * speed and a batch split by speed on unequal hosts; the codecs' bytes on the
  * wire; every refusal in one line; and the enumeration's variants. */
@@ -63,8 +64,7 @@ static void tp_fixed_part(void) {
 /* A micro-batch priced at its size from the profile's measured sizes: linear
  * between them, along the rate beyond them (not below the fixed part), and
  * only for the model they were measured on; a one-rank step and a two-stage
- * pipeline's compute from them; the sizes read back from a description, and
- * bad ones refused in one line. */
+ * pipeline's compute from them. */
 static void measured_sizes(void) {
     dt_model_cfg mc = mlp();
     dt_model *m = NULL;
@@ -80,12 +80,14 @@ static void measured_sizes(void) {
     test_cond("sizes: between two, linear", near(dt_plan_micro_time(c, F, 48), 3.5e-3));
     test_cond("sizes: above the last, along the rate", near(dt_plan_micro_time(c, F, 128), 4.5e-3 + 64 * r));
     test_cond("sizes: below the first, along the rate", near(dt_plan_micro_time(c, F, 8), fmax(2e-3 - 8 * r, 1e-3)));
-    test_cond("sizes: another model's FLOPs: the line", near(dt_plan_micro_time(c, 2 * F, 32), 1e-3 + 32 * 2 * F / 1e10));
+    test_cond("sizes: another model's FLOPs: the line",
+              near(dt_plan_micro_time(c, 2 * F, 32), 1e-3 + 32 * 2 * F / 1e10));
     dt_plan_in in = {.model = &mc, .batch = 48, .adam = true, .cluster = c};
     dt_plan_layout one = {.dp = 1, .tp = 1, .pp = 1, .micro = 1}, pipe = {.dp = 1, .tp = 1, .pp = 2, .micro = 3};
     dt_plan_pred p, q;
     c->per_host = 1;
-    test_cond("sizes: one rank's step, 48 rows", dt_plan_predict(&in, &one, &p) == DT_OK && near(p.step_s, 3.5e-3 + P * 1e-9));
+    test_cond("sizes: one rank's step, 48 rows",
+              dt_plan_predict(&in, &one, &p) == DT_OK && near(p.step_s, 3.5e-3 + P * 1e-9));
     c->per_host = 2;
     /* 3 micro-batches of 16 rows: the busier stage computes its FLOPs' share of 2 ms each */
     test_cond("sizes: a pipeline predicted", dt_plan_predict(&in, &pipe, &q) == DT_OK);
@@ -98,13 +100,22 @@ static void measured_sizes(void) {
     printf("sizes: one rank %.4f ms; pipeline (%s) compute %.4f ms (3 x 2 ms x %.3f)\n", p.step_s * 1e3, q.partition,
            q.compute_s * 1e3, share);
     test_cond("sizes: a pipeline's micro-batches priced at their 16 rows", near(q.compute_s, 3 * 2e-3 * share));
+}
 
+/* The measured sizes written into a description and read back; rows out of
+ * order refused in one line naming the entry. */
+static void measured_sizes_file(void) {
+    dt_plan_cluster *c = cluster(1, 1, 1);
+    c->step_n = 3, c->step_flops = 1e6;
+    double rows[3] = {16, 32, 64}, t[3] = {2e-3, 2.5e-3, 4.5e-3};
+    memcpy(c->step_rows, rows, sizeof rows);
+    memcpy(c->step_time, t, sizeof t);
     char path[] = "/tmp/dt_plan_sizes_XXXXXX";
     int fd = mkstemp(path);
     dt_plan_cluster back;
     test_cond("sizes: written and read back", fd >= 0 && dt_plan_cluster_write(path, c) == DT_OK &&
                                                   dt_plan_cluster_read(path, &back) == DT_OK && back.step_n == 3 &&
-                                                  near(back.step_flops, F) && near(back.step_rows[2], 64) &&
+                                                  near(back.step_flops, 1e6) && near(back.step_rows[2], 64) &&
                                                   near(back.step_time[1], 2.5e-3));
     FILE *f = fopen(path, "w");
     if (f) {
@@ -428,6 +439,7 @@ int main(void) {
     one_rank();
     tp_fixed_part();
     measured_sizes();
+    measured_sizes_file();
     sequence_parallel();
     bucket_rule();
     spare_core();

@@ -11,11 +11,8 @@
 #include "dtrain/nn.h"
 #include "vexp.h"
 
-
-
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
-
 
 static inline vf vtanh(vf a) { return 1.0f - 2.0f / (vexp(2.0f * a) + 1.0f); }
 
@@ -29,7 +26,6 @@ static inline vf vgelu_grad(vf x) {
     vf sech2 = 1.0f - t * t;
     return 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
 }
-
 
 DT_HOT void dt_gelu_forward(float *restrict out, const float *restrict inp, size_t n) {
     size_t i = 0;

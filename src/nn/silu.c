@@ -11,16 +11,12 @@
 #include "dtrain/nn.h"
 #include "vexp.h"
 
-
-
-
 static inline vf vsigmoid(vf x) { return 1.0f / (1.0f + vexp(-x)); }
 
 static inline vf vsilu_grad(vf x) {
     vf s = vsigmoid(x);
     return s * (1.0f + x * (1.0f - s));
 }
-
 
 DT_HOT void dt_silu_forward(float *restrict out, const float *restrict inp, size_t n) {
     size_t i = 0;

@@ -14,7 +14,6 @@
 #include "dtrain/nn.h"
 #include "vexp.h"
 
-
 /* expm1(x) for x <= 0 (clamped at -87, where it is -1 to float precision). */
 static inline vf vexpm1_neg(vf x) {
     const vf lo = x - x - 87.0f;

@@ -123,11 +123,13 @@ static dt_status step_curve(const char *path, const json_t *v, dt_plan_cluster *
     if (num("step", v, "flops_per_sample", 1, 1e30, -1, &f))
         return dt_errorf(DT_ERR_INVALID, "%s: %s", path, dt_error_msg());
     if (n < 1 || n > DT_PLAN_FIT_MAX)
-        return dt_errorf(DT_ERR_INVALID, "%s: step.measured_ms must list 1 to %d [rows, ms] pairs", path, DT_PLAN_FIT_MAX);
+        return dt_errorf(DT_ERR_INVALID, "%s: step.measured_ms must list 1 to %d [rows, ms] pairs", path,
+                         DT_PLAN_FIT_MAX);
     for (size_t k = 0; k < n; k++) {
         if (json_unpack(json_array_get(pts, k), "[FF]", &rows[k], &t[k]) || !(rows[k] >= 1 && rows[k] <= 1e9) ||
             !(t[k] > 0 && t[k] < 1e9) || (k && rows[k] <= rows[k - 1]))
-            return dt_errorf(DT_ERR_INVALID, "%s: step.measured_ms[%zu] must be [rows, ms], rows ascending, ms > 0", path, k);
+            return dt_errorf(DT_ERR_INVALID, "%s: step.measured_ms[%zu] must be [rows, ms], rows ascending, ms > 0",
+                             path, k);
         t[k] *= 1e-3;
     }
     memcpy(c->step_rows, rows, n * sizeof rows[0]);
@@ -277,7 +279,8 @@ dt_status dt_plan_cluster_write(const char *path, const dt_plan_cluster *c) {
     json_t *pts = c->step_n > 0 ? json_array() : NULL;
     for (int k = 0; pts && k < c->step_n; k++)
         json_array_append_new(pts, json_pack("[f,f]", c->step_rows[k], c->step_time[k] * 1e3));
-    if (o && pts) json_object_set_new(o, "step", json_pack("{s:f,s:o}", "flops_per_sample", c->step_flops, "measured_ms", pts));
+    if (o && pts)
+        json_object_set_new(o, "step", json_pack("{s:f,s:o}", "flops_per_sample", c->step_flops, "measured_ms", pts));
     else json_decref(pts);
     if (o) json_object_set_new(o, "codec_ns_per_float", cs);
     else json_decref(cs);

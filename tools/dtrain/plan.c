@@ -79,9 +79,11 @@ int dt_cli_plan_here(const char *who, const dt_model_cfg *mc, int B, bool adam, 
         dt_plan_profile_out pc = {0};
         if (profile_best(who, mc, B, adam, cores, &pc)) return 1;
         c->micro_overhead_s = pc.micro_overhead_s * profile / cores;
-        /* the measured sizes keep their own shape about the line, on the new fixed part */
+        /* the measured sizes keep their own shape about the line, on the new
+         * fixed part; should that leave a size no time, the line serves */
         for (int k = 0; k < pr.points; k++) {
             pr.time[k] += c->micro_overhead_s - pr.micro_overhead_s;
+            if (!(pr.time[k] > 0)) pr.points = 0;
         }
     }
     c->step_n = pr.points;
