@@ -103,6 +103,16 @@ refuse 1 '"staging_ns_per_byte" must be a number in \[0' -- --cluster "$tmp/st.j
   s=$(python3 -c "import json,sys; v=json.load(open(sys.argv[1]))['staging_ns_per_byte']; assert 0 <= v < 100; print(v)" "$tmp/cal.json") &&
   "$dt" plan --cluster "$tmp/cal.json" --model mlp --batch 16 > /dev/null 2>&1 &&
   ok "--calibrate: staging_ns_per_byte $s, read back" || { fail "--calibrate"; indent < "$tmp/cal.log"; }
+# the measured step sizes --calibrate wrote (mlp's, ascending) price mlp's
+# micro-batches; planning another model says in one line that the line serves
+a="measured step sizes are of a model of"
+n=$(python3 -c "import json,sys; r=[p[0] for p in json.load(open(sys.argv[1]))['step']['measured_ms']]; assert r == sorted(r); print(len(r))" "$tmp/cal.json" 2>/dev/null)
+if [ "${n:-0}" -ge 2 ] && ! "$dt" plan --cluster "$tmp/cal.json" --model mlp --batch 16 2>&1 | grep -q "$a" &&
+   "$dt" plan --cluster "$tmp/cal.json" --model gpt --batch 16 2>&1 | grep -q "$a .*: micro-batches priced by micro_overhead_us"; then
+  ok "--calibrate: $n measured step sizes, used for mlp; gpt told they are another model's"
+else fail "measured step sizes (n=${n:-none})"; fi
 sed 's/"hosts": 2,/"hosts": 2, "speed": [1],/' "$tmp/c.json" > "$tmp/sp.json"
 refuse 1 '"speed" must list one factor per host' -- --cluster "$tmp/sp.json"
+sed 's/"hosts": 2,/"hosts": 2, "step": {"flops_per_sample": 1e6, "measured_ms": [[8, 1], [4, 2]]},/' "$tmp/c.json" > "$tmp/ss.json"
+refuse 1 'step.measured_ms\[1\] must be \[rows, ms\], rows ascending' -- --cluster "$tmp/ss.json"
 finish

@@ -143,10 +143,13 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *out);
  * DT_ERR_IO, DT_ERR_FORMAT (not such a line) or DT_ERR_INVALID (a bad curve),
  * with the path; on error c's links are as they were and it has no curve. */
 dt_status dt_plan_fit_read(const char *path, dt_plan_cluster *c);
+/* Whether c's measured step sizes are of a model of `total` FLOPs per sample
+ * (within 0.5%): only then do they price its micro-batches. */
+bool dt_plan_step_sizes_apply(const dt_plan_cluster *c, double total);
 /* The forward + backward of a model of `total` FLOPs per sample at `rows`
  * rows on one of c's ranks (speed factor 1): interpolated linearly between
- * the profile's measured sizes when c carries them for a model of these
- * FLOPs (within 0.5%), beyond them extended along the per-sample rate
+ * the profile's measured sizes when they apply (dt_plan_step_sizes_apply),
+ * beyond them extended along the per-sample rate
  * (never below the fixed part); otherwise micro_overhead_s + rows total /
  * flops. */
 double dt_plan_micro_time(const dt_plan_cluster *c, double total, double rows);

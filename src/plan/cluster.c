@@ -139,10 +139,14 @@ static dt_status step_curve(const char *path, const json_t *v, dt_plan_cluster *
     return DT_OK;
 }
 
+bool dt_plan_step_sizes_apply(const dt_plan_cluster *c, double total) {
+    return c->step_n > 0 && fabs(c->step_flops - total) <= 0.005 * total;
+}
+
 double dt_plan_micro_time(const dt_plan_cluster *c, double total, double rows) {
     double rate = c->flops > 0 ? total / c->flops : 0, fixed = c->micro_overhead_s; /* s per row; s */
     int n = c->step_n;
-    if (n < 1 || !(fabs(c->step_flops - total) <= 0.005 * total)) return fixed + rows * rate;
+    if (!dt_plan_step_sizes_apply(c, total)) return fixed + rows * rate;
     const double *x = c->step_rows, *t = c->step_time;
     if (rows <= x[0]) return fmax(t[0] - (x[0] - rows) * rate, fixed);
     if (rows >= x[n - 1]) return t[n - 1] + (rows - x[n - 1]) * rate;
