@@ -51,6 +51,10 @@
 #define DT_SGEMM_COLS 64                    /* the column block a thread takes */
 #define DT_SGEMM_SPLIT_FLOPS (8.0 * 1024 * 1024) /* below: one thread (~40 us at 200 GFLOP/s) */
 #define DT_SGEMM_SWAP_MIN_K 64              /* a transposed NT product's K at least (its extra pass ~1/K) */
+/* The transposed NT product is off: with it, 2 of 18 runs of test_stop's n4_zero1 (4 ranks,
+ * SIGTERM mid-run) aborted on heap corruption inside dnnl_sgemm's free called from
+ * onednn_swapped, 0 of 12 with OpenBLAS; the cause is not found yet (docs/BENCHMARKS.md). */
+#define DT_SGEMM_SWAP 0
 
 enum { LIB_UNSET = 0, LIB_OPENBLAS, LIB_ONEDNN };
 static int g_lib; /* written by dt_sgemm_use or the first dt_sgemm; a benign race: same answer */
@@ -232,7 +236,7 @@ static bool onednn_swapped(bool ta, bool tb, int M, int N, int K, float alpha, c
 
 static void onednn_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                         const float *B, int ldb, float beta, float *C, int ldc) {
-    if (!ta && tb && M < N && K >= DT_SGEMM_SWAP_MIN_K &&
+    if (DT_SGEMM_SWAP && !ta && tb && M < N && K >= DT_SGEMM_SWAP_MIN_K &&
         onednn_swapped(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
         return;
     int T = dt_nn_threads(), blocks = (N + DT_SGEMM_COLS - 1) / DT_SGEMM_COLS;
