@@ -143,6 +143,9 @@ dt_status dt_plan_cluster_read(const char *path, dt_plan_cluster *out);
  * DT_ERR_IO, DT_ERR_FORMAT (not such a line) or DT_ERR_INVALID (a bad curve),
  * with the path; on error c's links are as they were and it has no curve. */
 dt_status dt_plan_fit_read(const char *path, dt_plan_cluster *c);
+/* The whole unsharded model's FLOPs per sample (its blocks' sum; mc probed
+ * at tp 1 without allocating it), 0 when it cannot be probed. */
+double dt_plan_model_flops(const dt_model_cfg *mc);
 /* Whether c's measured step sizes are of a model of `total` FLOPs per sample
  * (within 0.5%): only then do they price its micro-batches. */
 bool dt_plan_step_sizes_apply(const dt_plan_cluster *c, double total);

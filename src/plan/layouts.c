@@ -301,21 +301,26 @@ static void partition_speeds(const double *cost, int n, int P, const double *v, 
     }
 }
 
+double dt_plan_model_flops(const dt_model_cfg *mc) {
+    dt_model_cfg whole = *mc;
+    whole.tp_size = 1;
+    whole.tp_rank = 0;
+    whole.seq_parallel = false;
+    dt_model *m = NULL;
+    if (dt_model_probe(&whole, &m)) return 0;
+    double w = 0;
+    for (int b = 0; b < m->n_blocks; b++) w += (double)m->blocks[b].flops;
+    dt_model_destroy(m);
+    return w;
+}
+
 /* The FLOPs of the whole model, unsharded: m's own when it is (tp 1), else
  * the model probed again at tp 1 (m's total times tp if that fails). */
 static double full_flops(const dt_plan_in *in, const dt_model *m) {
     double t = 0;
     for (int b = 0; b < m->n_blocks; b++) t += (double)m->blocks[b].flops;
     if (m->cfg.tp_size <= 1) return t;
-    dt_model_cfg mc = *in->model;
-    mc.tp_size = 1;
-    mc.tp_rank = 0;
-    mc.seq_parallel = false;
-    dt_model *whole = NULL;
-    if (dt_model_probe(&mc, &whole)) return t * m->cfg.tp_size;
-    double w = 0;
-    for (int b = 0; b < whole->n_blocks; b++) w += (double)whole->blocks[b].flops;
-    dt_model_destroy(whole);
+    double w = dt_plan_model_flops(in->model);
     return w > 0 ? w : t * m->cfg.tp_size;
 }
 

@@ -229,17 +229,6 @@ static const dt_plan_pred *smallest(const dt_plan_pred *v, int n) {
     return s;
 }
 
-/* The whole unsharded model's FLOPs per sample (0 when it cannot be probed). */
-static double model_flops(const dt_model_cfg *mc) {
-    dt_model_cfg whole = *mc;
-    whole.tp_size = 1, whole.tp_rank = 0, whole.seq_parallel = false;
-    dt_model *m = NULL;
-    if (dt_model_probe(&whole, &m)) return 0;
-    double f = (double)m->flops_per_sample;
-    dt_model_destroy(m);
-    return f;
-}
-
 /* What the table assumed about hosts of unequal speed, when they are, and
  * where it is least sure: more ranks than cores, a description's measured
  * sizes taken on another model (`flops` this one's per sample). */
@@ -324,7 +313,7 @@ int dt_cli_plan(int argc, char **argv) {
         print_json(v, shown, model, set, in.batch);
     } else {
         print_table(v, shown, n, c);
-        assumptions(c, model_flops(&tc.model));
+        assumptions(c, dt_plan_model_flops(&tc.model));
         char cmd[512];
         const dt_plan_pred *best = v[0].fits ? &v[0] : smallest(v, n);
         command_line(best, model, set, in.batch, cmd, sizeof cmd);
