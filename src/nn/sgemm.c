@@ -51,10 +51,14 @@
 #define DT_SGEMM_COLS 64                    /* the column block a thread takes */
 #define DT_SGEMM_SPLIT_FLOPS (8.0 * 1024 * 1024) /* below: one thread (~40 us at 200 GFLOP/s) */
 #define DT_SGEMM_SWAP_MIN_K 64              /* a transposed NT product's K at least (its extra pass ~1/K) */
-/* The transposed NT product is off: with it, 2 of 18 runs of test_stop's n4_zero1 (4 ranks,
- * SIGTERM mid-run) aborted on heap corruption inside dnnl_sgemm's free called from
- * onednn_swapped, 0 of 12 with OpenBLAS; the cause is not found yet (docs/BENCHMARKS.md). */
-#define DT_SGEMM_SWAP 0
+/* The transposed NT product (a build can turn it off: -DDT_SGEMM_SWAP=0). One session saw
+ * 2 of 18 runs of test_stop's n4_zero1 (4 ranks, SIGTERM mid-run) abort on heap corruption
+ * in dnnl_sgemm's free under onednn_swapped; the next found none in 100 such runs, two
+ * test_stop passes under load, make test-slow and valgrind's memcheck of the path (JIT code
+ * included): docs/BENCHMARKS.md. */
+#ifndef DT_SGEMM_SWAP
+#define DT_SGEMM_SWAP 1
+#endif
 
 enum { LIB_UNSET = 0, LIB_OPENBLAS, LIB_ONEDNN };
 static int g_lib; /* written by dt_sgemm_use or the first dt_sgemm; a benign race: same answer */
