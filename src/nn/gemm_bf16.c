@@ -143,6 +143,11 @@ BF16_TARGET static void tile(float *C, size_t ldc, const uint32_t *a, const uint
                              float alpha, float beta) {
     __m512 acc[MR][2];
     for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    if (beta != 0.0f) /* C's rows lie ldc apart (a weight gradient's: far in memory): asked for now, read last */
+        for (int r = 0; r < mr; r++) {
+            _mm_prefetch((const char *)(C + (size_t)r * ldc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(C + (size_t)r * ldc + 16), _MM_HINT_T0);
+        }
     for (size_t kk = 0; kk < KP; kk++) {
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + kk * NR), b1 = (__m512bh)_mm512_loadu_si512(b + kk * NR + 16);
         for (int r = 0; r < MR; r++) {
