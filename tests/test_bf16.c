@@ -181,6 +181,39 @@ static int gemm_case(bool ta, bool tb, int M, int N, int K, float alpha, float b
     return ok;
 }
 
+/* dt_gemm_bf16_bias = dt_gemm_bf16 with beta 1 on a C filled with the bias, bit for bit
+ * (NT, a linear layer's forward, and NN; shapes off the 8 x 32 tile; 3 threads too),
+ * and with no bias = beta 0. */
+static void test_gemm_bias(void) {
+    static const int sizes[][3] = {{1, 1, 1}, {7, 31, 3}, {9, 33, 37}, {17, 70, 16}, {70, 520, 130}};
+    int ok = 1;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int t = 0; t < 3; t++) {
+            const int M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+            const bool tb = t != 1;
+            float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N), *bias = malloc(sizeof(float) * N);
+            float *C1 = malloc(sizeof(float) * M * N), *C2 = malloc(sizeof(float) * M * N);
+            float *S = malloc(sizeof(float) * dt_gemm_bf16_scratch_floats(M, N, K));
+            for (int i = 0; i < M * K; i++) A[i] = uniform();
+            for (int i = 0; i < K * N; i++) B[i] = uniform();
+            for (int j = 0; j < N; j++) bias[j] = uniform();
+            openblas_set_num_threads(t == 2 ? 3 : 1);
+            for (int i = 0; i < M; i++) memcpy(C1 + (size_t)i * N, bias, sizeof(float) * N);
+            dt_gemm_bf16(false, tb, M, N, K, 1.0f, A, K, B, tb ? K : N, 1.0f, C1, N, S);
+            for (int i = 0; i < M * N; i++) C2[i] = NAN; /* not read */
+            dt_gemm_bf16_bias(false, tb, M, N, K, A, K, B, tb ? K : N, bias, C2, N, S);
+            ok &= memcmp(C1, C2, sizeof(float) * M * N) == 0;
+            dt_gemm_bf16(false, tb, M, N, K, 1.0f, A, K, B, tb ? K : N, 0.0f, C1, N, S);
+            for (int i = 0; i < M * N; i++) C2[i] = NAN;
+            dt_gemm_bf16_bias(false, tb, M, N, K, A, K, B, tb ? K : N, NULL, C2, N, S);
+            ok &= memcmp(C1, C2, sizeof(float) * M * N) == 0;
+            free(A), free(B), free(bias), free(C1), free(C2), free(S);
+        }
+    openblas_set_num_threads(1);
+    test_cond("dt_gemm_bf16_bias = dt_gemm_bf16 on a bias-filled C with beta 1, bit for bit (NT, NN, 3 threads; "
+              "no bias = beta 0; C not read)", ok);
+}
+
 static void test_gemm(void) {
     if (!dt_gemm_bf16_available()) {
         printf("skip dt_gemm_bf16: this CPU has no AVX512-BF16 (the emulated path is tested below)\n");
@@ -213,6 +246,7 @@ static void test_gemm(void) {
     ok = gemm_case(false, false, M, N, K, 1.0f, 0.0f);
     test_cond("... and = its definition", ok);
     free(A), free(B), free(C1), free(C3), free(S);
+    test_gemm_bias();
 }
 
 /* ---- against PyTorch's autocast ------------------------------------------------- */

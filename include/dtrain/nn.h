@@ -347,6 +347,11 @@ bool dt_gemm_bf16_available(void);
 size_t dt_gemm_bf16_scratch_floats(int M, int N, int K);
 void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc, float *scratch);
+/* C = op(A) op(B) + bias (bias[j] added to every row's column j; NULL: none),
+ * as dt_gemm_bf16 with alpha 1 on a C filled with the bias and beta 1 (the
+ * same bits), without that pass over C. */
+void dt_gemm_bf16_bias(bool transa, bool transb, int M, int N, int K, const float *A, int lda, const float *B,
+                       int ldb, const float *bias, float *C, int ldc, float *scratch);
 
 /* dt_linear_forward / dt_linear_backward through dt_gemm_bf16 (only where it is
  * available): operands rounded to bf16, and the bias gradient summed from the

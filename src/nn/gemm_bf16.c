@@ -138,9 +138,10 @@ BF16_TARGET static void pack_a16(uint32_t *dst, size_t KP, const float *X, size_
     }
 }
 
-/* The MR x NR tile: C[0..mr) x [0..nr) = alpha * A_panel B_panel + beta * C. */
+/* The MR x NR tile: C[0..mr) x [0..nr) = alpha * A_panel B_panel + beta * C,
+ * or + bias[0..nr) on every row when bias (beta is then 0). */
 BF16_TARGET static void tile(float *C, size_t ldc, const uint32_t *a, const uint32_t *b, size_t KP, int mr, int nr,
-                             float alpha, float beta) {
+                             float alpha, float beta, const float *bias) {
     __m512 acc[MR][2];
     for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     if (beta != 0.0f) /* C's rows lie ldc apart (a weight gradient's: far in memory): asked for now, read last */
@@ -159,10 +160,15 @@ BF16_TARGET static void tile(float *C, size_t ldc, const uint32_t *a, const uint
     const __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
     const __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xffff : nr <= 16 ? 0 : (1u << (nr - 16)) - 1);
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps(),
+                 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     for (int r = 0; r < mr; r++) {
         float *c = C + (size_t)r * ldc;
         __m512 x0 = _mm512_mul_ps(acc[r][0], va), x1 = _mm512_mul_ps(acc[r][1], va);
-        if (beta != 0.0f) { /* beta = 0: C is not read (BLAS's rule: NaN there stays out) */
+        if (bias) { /* the sum a bias-filled C with beta 1 gave, without that pass */
+            x0 = _mm512_add_ps(x0, b0);
+            x1 = _mm512_add_ps(x1, b1);
+        } else if (beta != 0.0f) { /* beta = 0: C is not read (BLAS's rule: NaN there stays out) */
             x0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, c), vb, x0);
             x1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, c + 16), vb, x1);
         }
@@ -176,7 +182,7 @@ typedef struct {
     bool transb;
     int M, N, K, ldb, ldc;
     float alpha, beta;
-    const float *B;
+    const float *B, *bias;
     float *C;
     const uint32_t *pa;
     uint32_t *pb;
@@ -195,7 +201,7 @@ BF16_TARGET static void columns(void *ctx, int j, int T) {
                    J->transb ? 1 : (size_t)J->ldb, nr, J->K);
         for (int i = 0; i < J->M; i += MR)
             tile(J->C + (size_t)i * J->ldc + c, (size_t)J->ldc, J->pa + (size_t)i * KP, pb, KP,
-                 J->M - i < MR ? J->M - i : MR, nr, J->alpha, J->beta);
+                 J->M - i < MR ? J->M - i : MR, nr, J->alpha, J->beta, J->bias ? J->bias + c : NULL);
     }
 }
 
@@ -209,13 +215,15 @@ static void columns_part(void *ctx, int j) {
     columns(P->J, j, P->T);
 }
 
-BF16_TARGET void dt_gemm_bf16_on(bool transa, bool transb, int M, int N, int K, float alpha, const float *A,
-                                 int lda, const float *B, int ldb, float beta, float *C, int ldc, float *scratch,
-                                 int threads) {
+/* dt_gemm_bf16_on, with + bias[j] on every row when bias (beta then 0). */
+BF16_TARGET static void gemm(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
+                             const float *B, int ldb, float beta, const float *bias, float *C, int ldc,
+                             float *scratch, int threads) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+            for (int j = 0; j < N; j++)
+                C[(size_t)i * ldc + j] = bias ? bias[j] : beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
         return;
     }
     const size_t KP = kpairs(K), Mp = round_up((size_t)M, MR), panels = ((size_t)N + NR - 1) / NR;
@@ -224,7 +232,7 @@ BF16_TARGET void dt_gemm_bf16_on(bool transa, bool transb, int M, int N, int K, 
     for (int i = 0; i < M; i += 2 * MR)
         pack_a16(pa + (size_t)i * KP, KP, transa ? A + i : A + (size_t)i * lda, (size_t)lda, transa,
                  M - i < 2 * MR ? M - i : 2 * MR, K);
-    job J = {transb, M, N, K, ldb, ldc, alpha, beta, B, C, pa, pa + KP * Mp};
+    job J = {transb, M, N, K, ldb, ldc, alpha, bias ? 0.0f : beta, B, bias, C, pa, pa + KP * Mp};
     /* a thread for every 4 panels at least, and 2 M-panels' worth of work in each */
     int T = threads;
     if ((size_t)T > panels / 4) T = (int)(panels / 4);
@@ -237,9 +245,19 @@ BF16_TARGET void dt_gemm_bf16_on(bool transa, bool transb, int M, int N, int K, 
     dt_nn_run_parts(columns_part, &P, T);
 }
 
+void dt_gemm_bf16_on(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc, float *scratch, int threads) {
+    gemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc, scratch, threads);
+}
+
 void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc, float *scratch) {
-    dt_gemm_bf16_on(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, scratch, dt_nn_threads());
+    gemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc, scratch, dt_nn_threads());
+}
+
+void dt_gemm_bf16_bias(bool transa, bool transb, int M, int N, int K, const float *A, int lda, const float *B,
+                       int ldb, const float *bias, float *C, int ldc, float *scratch) {
+    gemm(transa, transb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, bias, C, ldc, scratch, dt_nn_threads());
 }
 
 #else
@@ -253,5 +271,10 @@ void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, co
                   const float *B, int ldb, float beta, float *C, int ldc, float *scratch) {
     (void)transa, (void)transb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
     (void)beta, (void)C, (void)ldc, (void)scratch;
+}
+void dt_gemm_bf16_bias(bool transa, bool transb, int M, int N, int K, const float *A, int lda, const float *B,
+                       int ldb, const float *bias, float *C, int ldc, float *scratch) {
+    (void)transa, (void)transb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)bias;
+    (void)C, (void)ldc, (void)scratch;
 }
 #endif

@@ -63,8 +63,7 @@ void dt_linear_forward_bf16(float *out, const float *inp, const float *w, const 
         dt_linear_forward(out, inp, w, b, N, IC, OC);
         return;
     }
-    const float beta = fill_bias(out, b, N, OC);
-    dt_gemm_bf16(false, true, N, OC, IC, 1.0f, inp, IC, w, IC, beta, out, OC, scratch);
+    dt_gemm_bf16_bias(false, true, N, OC, IC, inp, IC, w, IC, b, out, OC, scratch);
 }
 
 void dt_linear_backward_bf16(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
