@@ -1,18 +1,20 @@
 /* conv2d, NCHW, by a direct register-tiled kernel (no im2col, no GEMM call).
  *
- * All three products of a convolution are one loop shape: for a tile of 6
+ * All three products of a convolution are one loop shape: for a tile of 6 (or 12)
  * "rows" i and 16 "columns" v,
  *     acc[i][v] += a_i[off[t]] * b[t][v]     summed over t,
  * 12 vector accumulators (6 x 2 x 8 floats), each step 2 vector loads of b, 6
  * broadcasts of a_i and 12 multiply-adds, which keeps the FMA units busy on
- * AVX2 without packing anything larger than the weights:
- *   forward:   i = 6 output pixels, v = 16 output channels, t = (ic, kh, kw);
+ * AVX2 without packing anything larger than the weights; where AVX-512 runs,
+ * a tile is 12 rows of one 16-float vector (tile12: 12 accumulators again, 1
+ * load of b, 12 broadcasts, twice the work per multiply-add):
+ *   forward:   i = 6 (12) output pixels, v = 16 output channels, t = (ic, kh, kw);
  *              a_i points into the zero-padded input at pixel i's window,
  *              b = the weights packed (OC/16, IC*KH*KW, 16).
  *   input grad (stride 1): the same with dY zero-padded by K-1-pad, the
  *              weights flipped and packed (IC/16, OC*KH*KW, 16): dX is the
  *              convolution of dY with the flipped, transposed kernel.
- *   weight grad: i = 6 positions k = (ic, kh, kw), v = 16 output channels,
+ *   weight grad: i = 6 (12) positions k = (ic, kh, kw), v = 16 output channels,
  *              t = output pixels; a_i points into the padded input at k's
  *              offset, b = dY transposed to (P, OC) for the sample.
  * Cost per sample: 2*OC*IC*KH*KW*OH*OW FLOPs per product, plus O(IC*H*W +
