@@ -16,11 +16,14 @@ wait_for() {
     local s; s=$(step_of "$1"); [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0; sleep 0.1; done; return 1; }
 
 L="--model mlp --hidden 256,256 --batch 128 --steps 800 --lr 0.05 --log-every 10 --quiet --strategy ps --servers 1 --consistency asp"
-SLOW="--inject slow:rank=0:factor=8 --inject slow:rank=1:factor=8"
+# Slowed (sleeps only) so the joiner, whose start takes seconds (mpirun, MPI's
+# connect), joins while the job runs: at factor 8 a Zen 5 ran steps 200-800 in 5 s,
+# the job ended before the joiner was in; at 24 it joined at step 391 of 800.
+SLOW="--inject slow:rank=0:factor=40 --inject slow:rank=1:factor=40"
 # the joined worker (slot 2; its own flags come after the job's) as slow as the
 # others: a leave takes effect
 # after the furthest clock any worker was given its share of (src/ps/elastic.c)
-JSLOW="--inject slow:rank=2:factor=8"
+JSLOW="--inject slow:rank=2:factor=40"
 run static -n 3 $L $SLOW
 
 E="$tmp/el"
