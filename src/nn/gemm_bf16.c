@@ -252,7 +252,7 @@ void dt_gemm_bf16_on(bool transa, bool transb, int M, int N, int K, float alpha,
 
 void dt_gemm_bf16(bool transa, bool transb, int M, int N, int K, float alpha, const float *A, int lda,
                   const float *B, int ldb, float beta, float *C, int ldc, float *scratch) {
-    gemm(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, NULL, C, ldc, scratch, dt_nn_threads());
+    dt_gemm_bf16_on(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, scratch, dt_nn_threads());
 }
 
 void dt_gemm_bf16_bias(bool transa, bool transb, int M, int N, int K, const float *A, int lda, const float *B,
