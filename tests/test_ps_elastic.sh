@@ -46,10 +46,23 @@ timeout 60 "$dt" train --join "$F" > "$tmp/open.log" 2>&1; rc=$?
 [ $rc -ne 0 ] && grep -q "readable by others" "$tmp/open.log" && ok "a token others can read is refused before connecting" \
   || { fail "open token: exit $rc"; indent < "$tmp/open.log"; }
 
+# The job's files copied while it runs (a job killed outright leaves them):
+# joining them once it has ended is refused at once (G); a port that never
+# answers (H: the job's name server, a port nobody opened) within --timeout.
+G="$tmp/ended"; mkdir -p "$G"; cp -p "$E/join.json" "$E/ompi-server.uri" "$E/join.token" "$G/"
+H="$tmp/noport"; mkdir -p "$H"; cp -p "$E/ompi-server.uri" "$E/join.token" "$H/"
+sed 's/"port":"[^"]*"/"port":"1.2:3"/' "$E/join.json" > "$H/join.json"
+timeout 60 "$dt" train --join "$H" --timeout 3 > "$tmp/noport.log" 2>&1 &
+noport=$!
+
 S=200 T=550
 wait_for "$E" $S 60 || fail "the job did not reach step $S"
 timeout 300 "$dt" train --join "$E" $JSLOW > "$tmp/joiner.log" 2>&1 &
 joiner=$!
+wait $noport; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "no answer from the job at port 1.2:3 within 3 s" "$tmp/noport.log" \
+  && ok "a port that never answers: exit $rc, $(grep -o 'no answer.*' "$tmp/noport.log" | cut -c1-60)" \
+  || { fail "joining a port that never answers: exit $rc"; indent < "$tmp/noport.log"; }
 for ((i = 0; i < 300; i++)); do grep -q "joined; it starts at clock" "$tmp/el.log" && break; sleep 0.1; done
 wait_for "$E" $T 120 || fail "the job did not reach step $T"
 touch "$E/leave.1"
@@ -57,6 +70,10 @@ wait $joiner; jrc=$?
 wait $job; rc=$?
 [ $rc -eq 0 ] && [ $jrc -eq 0 ] && ok "the job and the joined worker finished (exit 0)" \
   || { fail "job exit $rc, joiner exit $jrc"; tail -5 "$tmp/el.log" | indent; tail -5 "$tmp/joiner.log" | indent; }
+timeout 30 "$dt" train --join "$G" > "$tmp/ended.log" 2>&1; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "the job there has ended" "$tmp/ended.log" \
+  && ok "joining a job that has ended (its files left behind) is refused: exit $rc" \
+  || { fail "joining an ended job: exit $rc"; indent < "$tmp/ended.log"; }
 j=$(grep -o "worker 2 joined; it starts at clock [0-9]*" "$tmp/el.log"); l=$(grep -o "worker 1 left at clock [0-9]*" "$tmp/el.log")
 [ -n "$j" ] && [ -n "$l" ] && ok "$j, $l" || { fail "no join or leave in the job's log"; indent < "$tmp/el.log"; }
 grep -q "refused a process that tried to join without the job's secret" "$tmp/el.log" \

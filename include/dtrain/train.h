@@ -216,7 +216,8 @@ dt_status dt_train_flags_run(int argc, char **argv, int threads, dt_train_step_f
 
 /* How the job ends on this rank once dt_train_run returned st (every rank
  * calls it): a multi-rank run that failed on a communication fault finds the
- * late rank (the message names it) and must be aborted; a parameter-server
+ * late rank (the message names it) and must be aborted (a one-rank run on
+ * such a fault ends without finalizing MPI); a parameter-server
  * run that lost workers releases the others and must end without finalizing
  * MPI (its barrier would wait for the dead). One rank per fault reports. */
 typedef enum {

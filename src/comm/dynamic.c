@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define QUEUE 16 /* accepted connections not yet picked up (more wait in accept) */
@@ -191,13 +192,74 @@ void dt_listener_close(dt_listener *l, double seconds) {
     dt_free(l);
 }
 
-dt_status dt_connect(const char *port, dt_comm **out) {
+/* One MPI_Comm_connect on a thread of its own: MPI gives it no timeout (Open
+ * MPI waits for a name server that is gone for half an hour), so the caller
+ * waits for it with one. A connect given up on stays blocked on its thread
+ * and keeps this (so it is never freed then). */
+typedef struct {
+    char port[MPI_MAX_PORT_NAME];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done, abandoned;
+    int rc;
+    MPI_Comm inter;
+} connect_try;
+
+static void *connect_thread(void *arg) {
+    connect_try *t = arg;
+    MPI_Comm inter = MPI_COMM_NULL;
+    int rc = MPI_Comm_connect(t->port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    pthread_mutex_lock(&t->mu);
+    t->rc = rc;
+    t->inter = inter;
+    t->done = true;
+    bool abandoned = t->abandoned;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    if (abandoned && rc == MPI_SUCCESS) MPI_Comm_disconnect(&inter); /* too late: let it go */
+    return NULL;
+}
+
+/* Waits up to `seconds` for t; true if it ended (then t is the caller's). */
+static bool connect_wait(connect_try *t, double seconds) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + seconds;
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&t->mu);
+    while (!t->done && pthread_cond_timedwait(&t->cv, &t->mu, &until) == 0) {
+    }
+    bool done = t->done;
+    if (!done) t->abandoned = true;
+    pthread_mutex_unlock(&t->mu);
+    return done;
+}
+
+dt_status dt_connect(const char *port, double seconds, dt_comm **out) {
     *out = NULL;
-    MPI_Comm inter = MPI_COMM_NULL, m = MPI_COMM_NULL;
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
-    char p[MPI_MAX_PORT_NAME];
-    snprintf(p, sizeof p, "%s", port);
-    int rc = MPI_Comm_connect(p, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter);
+    connect_try *t = dt_calloc(1, sizeof *t);
+    if (!t) return dt_errorf(DT_ERR_NOMEM, "out of memory");
+    snprintf(t->port, sizeof t->port, "%s", port);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    pthread_t th;
+    if (pthread_create(&th, NULL, connect_thread, t) != 0) {
+        dt_free(t);
+        return dt_errorf(DT_ERR_IO, "cannot start a thread to connect to the job");
+    }
+    if (!connect_wait(t, seconds)) {
+        pthread_detach(th);
+        return dt_errorf(DT_ERR_TIMEOUT, "no answer from the job at port %.60s within %.0f s: it has ended, or its "
+                         "name server (ompi-server) cannot be reached from here", port, seconds);
+    }
+    pthread_join(th, NULL);
+    int rc = t->rc;
+    MPI_Comm inter = t->inter, m = MPI_COMM_NULL;
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    dt_free(t);
     if (rc != MPI_SUCCESS)
         return dt_errorf(DT_ERR_COMM, "cannot connect to the job at port %.60s (is it running, and was this process "
                          "started with its ompi-server?)", port);
@@ -208,7 +270,7 @@ dt_status dt_connect(const char *port, dt_comm **out) {
 
 dt_status dt_knock(const char *port, const void *knock, size_t n) {
     dt_comm *c = NULL;
-    dt_status st = dt_connect(port, &c);
+    dt_status st = dt_connect(port, 10.0, &c);
     if (!st) {
         dt_req r;
         st = dt_isend(c, knock, n < KNOCK_MAX ? n : KNOCK_MAX, 1 - c->rank, KNOCK_TAG, &r);

@@ -329,7 +329,7 @@ dt_status dt_ps_client_join(dt_ps_client **out, dt_model *m, const char *port, c
     snprintf(q.secret, sizeof q.secret, "%s", c->secret);
     join_rep a = {0};
     for (int s = 0; s < c->S && !st; s++) {
-        if ((st = dt_connect(ports[s], &c->sc[s]))) break;
+        if ((st = dt_connect(ports[s], timeout, &c->sc[s]))) break;
         dt_comm_set_timeout(c->sc[s], timeout);
         c->sr[s] = 0;
         dt_req r[3];

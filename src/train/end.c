@@ -10,7 +10,9 @@
 static void fail(dt_comm *world, dt_status st, double timeout, dt_train_end *out) {
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
     bool comm_fault = st == DT_ERR_TIMEOUT || st == DT_ERR_COMM;
-    out->action = comm_fault && size > 1 ? DT_END_ABORT : DT_END_FINALIZE;
+    /* One rank's communication fault (a worker joining a job that ended) can
+     * leave an MPI call blocked on a thread that MPI_Finalize would wait for. */
+    out->action = !comm_fault ? DT_END_FINALIZE : size > 1 ? DT_END_ABORT : DT_END_EXIT;
     if (st == DT_ERR_TIMEOUT && size > 1) {
         /* Find out who is late; the first rank that timed out reports. */
         char what[1024], report[600];

@@ -7,12 +7,16 @@
  * show; only someone who can read the run directory has it. */
 #include "elastic.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -91,6 +95,46 @@ static int start_name_server(dt_elastic_launch *e, bool hosts) {
     return 1;
 }
 
+/* Whether a TCP connection to HOST:PORT (an IPv4 address) opens within 2 s. */
+static bool tcp_answers(const char *host, int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1) return true; /* not ours to judge */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return true;
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (!ok && errno == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int err = 0;
+        socklen_t n = sizeof err;
+        ok = poll(&p, 1, 2000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) == 0 && err == 0;
+    }
+    close(fd);
+    return ok;
+}
+
+/* Whether the job's name server still answers at one of the tcp:// addresses
+ * its contact file lists ("ID;tcp://A:P[,tcp://B:P]"); the address that
+ * refused in `dead` (none parsed: assumed alive, MPI will say). A job killed
+ * outright leaves its files behind, and MPI_Comm_connect to a name server
+ * that is gone waits half an hour. */
+static bool name_server_alive(const char *uri, char *dead, size_t dn) {
+    char text[1024] = "";
+    FILE *f = fopen(uri, "r");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    bool parsed = false;
+    for (char *p = strstr(text, "tcp://"); p; p = strstr(p + 1, "tcp://")) {
+        char host[64];
+        int port = 0;
+        if (sscanf(p + 6, "%63[0-9.]:%d", host, &port) != 2) continue;
+        if (tcp_answers(host, port)) return true;
+        if (!parsed) snprintf(dead, dn, "%s:%d", host, port);
+        parsed = true;
+    }
+    return !parsed;
+}
+
 int dt_elastic_prepare(int argc, char **argv, dt_elastic_launch *e) {
     memset(e, 0, sizeof *e);
     const char *join = value_of(argc, argv, "--join"), *el = value_of(argc, argv, "--elastic");
@@ -101,6 +145,12 @@ int dt_elastic_prepare(int argc, char **argv, dt_elastic_launch *e) {
         if (access(e->uri, R_OK) != 0) {
             fprintf(stderr, "dtrain: --join %s: %s: %s (is the job running with --elastic MAX --out %s?)\n", join, e->uri,
                     strerror(errno), join);
+            return 1;
+        }
+        char dead[96];
+        if (!name_server_alive(e->uri, dead, sizeof dead)) {
+            fprintf(stderr, "dtrain: --join %s: the job there has ended (its name server at %s, from %s, refuses "
+                            "connections); start a job with --elastic MAX --out %s to join one\n", join, dead, e->uri, join);
             return 1;
         }
     } else if (el && atoi(el) > 0 && out) {
