@@ -149,8 +149,8 @@ int dt_elastic_prepare(int argc, char **argv, dt_elastic_launch *e) {
         }
         char dead[96];
         if (!name_server_alive(e->uri, dead, sizeof dead)) {
-            fprintf(stderr, "dtrain: --join %s: the job there has ended (its name server at %s, from %s, refuses "
-                            "connections); start a job with --elastic MAX --out %s to join one\n", join, dead, e->uri, join);
+            fprintf(stderr, "dtrain: --join %s: the job there has ended (its name server at %s, from %s, does not "
+                            "answer); start a job with --elastic MAX --out %s to join one\n", join, dead, e->uri, join);
             return 1;
         }
     } else if (el && atoi(el) > 0 && out) {
