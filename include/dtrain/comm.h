@@ -158,7 +158,7 @@ void dt_listener_shut(dt_listener *l, const void *knock, size_t n);
 /* After dt_listener_shut: waits up to `seconds` for the knock, frees it (NULL ok). */
 void dt_listener_close(dt_listener *l, double seconds);
 /* Connects to a listener's port: the 2-rank communicator, this side rank 1.
- * DT_ERR_TIMEOUT if no connection within `seconds` (the job has ended or its
+ * DT_ERR_TIMEOUT if no connection within `seconds` (<= 0: no limit; the job has ended or its
  * name server is unreachable); the attempt then stays on a thread of its own. */
 dt_status dt_connect(const char *port, double seconds, dt_comm **out);
 /* Connects, shows knock, lets go: ends a shut listener's thread. */

@@ -220,7 +220,7 @@ static void *connect_thread(void *arg) {
     return NULL;
 }
 
-/* Waits up to `seconds` for t; true if it ended (then t is the caller's). */
+/* Waits up to `seconds` (<= 0: no limit) for t; true if it ended (then t is the caller's). */
 static bool connect_wait(connect_try *t, double seconds) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -228,7 +228,7 @@ static bool connect_wait(connect_try *t, double seconds) {
     until.tv_sec = (time_t)end;
     until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
     pthread_mutex_lock(&t->mu);
-    while (!t->done && pthread_cond_timedwait(&t->cv, &t->mu, &until) == 0) {
+    while (!t->done && (seconds <= 0 ? pthread_cond_wait(&t->cv, &t->mu) : pthread_cond_timedwait(&t->cv, &t->mu, &until)) == 0) {
     }
     bool done = t->done;
     if (!done) t->abandoned = true;
