@@ -228,8 +228,9 @@ static bool connect_wait(connect_try *t, double seconds) {
     until.tv_sec = (time_t)end;
     until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
     pthread_mutex_lock(&t->mu);
-    while (!t->done && (seconds <= 0 ? pthread_cond_wait(&t->cv, &t->mu) : pthread_cond_timedwait(&t->cv, &t->mu, &until)) == 0) {
-    }
+    int rc = 0;
+    while (!t->done && rc == 0)
+        rc = seconds <= 0 ? pthread_cond_wait(&t->cv, &t->mu) : pthread_cond_timedwait(&t->cv, &t->mu, &until);
     bool done = t->done;
     if (!done) t->abandoned = true;
     pthread_mutex_unlock(&t->mu);
