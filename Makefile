@@ -4,6 +4,10 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+# ctest runs one test more than there are cores: most tests wait on mpirun's start-up
+# (a 2-rank run: 2.1 s wall, 0.5 s CPU), so 3 at once on 2 cores took the release
+# pass from 276 s to 187 s and the sanitizer pass from 214 s to 201 s, all passing.
+TEST_JOBS  ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 CMAKE_ARGS ?=
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -27,19 +31,19 @@ build: deps $(BUILD)/CMakeCache.txt
 # matrices, with tests/test_paths.sh running every code path once in their place.
 # CI runs test and test-slow.
 test: build
-	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure -LE slow
+	cd $(BUILD) && ctest -j $(TEST_JOBS) --output-on-failure -LE slow
 	$(MAKE) --no-print-directory test-asan
 
 test-slow: build
-	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure -L slow
+	cd $(BUILD) && ctest -j $(TEST_JOBS) --output-on-failure -L slow
 
 test-fast: build
-	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure -LE slow
+	cd $(BUILD) && ctest -j $(TEST_JOBS) --output-on-failure -LE slow
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON $(CMAKE_ARGS) >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest -j $(JOBS) --output-on-failure -LE 'slow|matrix'
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest -j $(TEST_JOBS) --output-on-failure -LE 'slow|matrix'
 
 demo: build
 	@scripts/demo.sh $(BUILD)
